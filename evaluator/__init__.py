@@ -1,0 +1,1 @@
+"""The judge: ground-truth data, analytical components, per-step scoring and the vLLM-like simulator."""

@@ -1,0 +1,63 @@
+"""The three baselines of DESIGN.md section 6, scored through the same evaluator.
+
+- blackbox: BLIS's 3-coefficient model b0 + b1*P + b2*D, fitted per model.
+- roofline: uncalibrated: BLIS's roofline constants (hardware_config.json: bandwidth
+  efficiency 0.82, 100 us per layer), nothing fitted, no request overheads.
+- linear_physics: a fitted linear combination of the components (BLIS trained-physics shape).
+"""
+from __future__ import annotations
+
+from evaluator.evaluate import Evaluation, Evaluator
+
+ROOFLINE_SOURCE = '''"""Uncalibrated roofline with BLIS's constants: max(compute, memory / efficiency) + per-layer overhead."""
+BW_EFFICIENCY = 0.82
+PER_LAYER_US = 100.0
+
+
+def predict_step_time(t_prefill_gemm, t_prefill_attn, t_decode_gemm, t_decode_kv, t_weights, layers):
+    compute = t_prefill_gemm + t_prefill_attn + t_decode_gemm
+    memory = (t_weights + t_decode_kv) / BW_EFFICIENCY
+    return max(compute, memory) + PER_LAYER_US * layers
+'''
+
+BASELINES = ("blackbox", "roofline", "linear_physics")
+
+
+def baseline_program(name: str):
+    from evolve.program import parse_program
+    from seeds import seed_sources
+    if name == "roofline":
+        return parse_program(ROOFLINE_SOURCE)
+    return parse_program(seed_sources()[name])
+
+
+def evaluate_baseline(ev: Evaluator, name: str) -> Evaluation:
+    prog = baseline_program(name)
+    if name == "roofline":
+        zero = {"queueing_us": 0.0, "queueing_per_input_token_us": 0.0, "output_token_us": 0.0,
+                "post_decode_us": 0.0}
+        return ev.evaluate(prog, fit=False, overheads={m: dict(zero) for m in ev.gt.models})
+    return ev.evaluate(prog)
+
+
+def run_baselines(ev: Evaluator) -> dict[str, Evaluation]:
+    return {name: evaluate_baseline(ev, name) for name in BASELINES}
+
+
+def baseline_records(results: dict[str, Evaluation]) -> list[dict]:
+    """Long format for --json: experiment, stage, baseline, metric, value."""
+    out = []
+    for name, ev in results.items():
+        for r in ev.rows:
+            for metric in ("e2e_err", "ttft_err", "itl_err"):
+                out.append({"experiment": r["experiment"], "stage": r["stage"], "baseline": name,
+                            "metric": metric, "value": r[metric]})
+        for exp, s in ev.steps.items():
+            out.append({"experiment": exp, "stage": "all", "baseline": name, "metric": "step_mape",
+                        "value": s["step_mape"]})
+        for k, v in ev.objectives.items():
+            out.append({"experiment": "mean", "stage": "all", "baseline": name, "metric": k, "value": v})
+        if not ev.valid:
+            out.append({"experiment": "all", "stage": "all", "baseline": name, "metric": "invalid",
+                        "value": ev.error})
+    return out

@@ -1,0 +1,467 @@
+"""Ground truth in: read and validate a ground-truth directory, or the embedded default.
+
+Layout (see DESIGN.md section 2): experiments/<id>/{exp-config.yaml, profile.yaml,
+stage_N_lifecycle_metrics.json}, optional requests/, steps/, model_configs/, hardware/.
+Everything else in the project consumes the `GroundTruth` built here, so every figure is
+checked once, with an error that names the file and the field.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from evaluator.components import model_vector
+
+DEFAULT_TABLE = "default_workloads.json"
+
+# H100 SXM figures used when hardware/ is absent (the datasheet in the shared data).
+DEFAULT_HW = {"name": "H100 SXM", "peak_flops": 989.5e12, "hbm_bw": 3.35e12, "nvlink_bw": 450e9}
+
+STEP_COLUMNS = ("experiment_id", "step_id", "prefill_tokens", "decode_tokens", "num_prefill_reqs",
+                "num_decode_reqs", "running_depth", "kv_blocks_total_gpu", "kv_blocks_free_gpu",
+                "duration_us", "next_step_start_delta_us")
+REQUEST_COLUMNS = ("experiment_id", "arrival_time_us", "input_tokens", "output_tokens", "e2e_s", "ttft_s")
+
+
+class DataError(ValueError):
+    """Malformed or missing ground truth; the message names the file and field."""
+
+
+@dataclass
+class Stage:
+    index: int
+    rate: float  # requests / s
+    duration_s: float
+    start_s: float
+    n_requests: int = 0
+    mean_input: float = 0.0
+    mean_output: float = 0.0
+    e2e_s: float = math.nan  # measured means
+    ttft_s: float = math.nan
+    itl_s: float = math.nan  # true per-output-token time (ratio of sums), see DESIGN.md section 1
+    reported_itl_s: float = math.nan  # inference-perf's inter_token_latency mean
+    itl_source: str = "requests"
+
+
+@dataclass
+class Experiment:
+    id: str
+    model: str  # short model key, e.g. "llama-2-70b"
+    model_id: str
+    workload: str
+    tp: int
+    kv_blocks: int
+    max_num_seqs: int
+    max_batched_tokens: int
+    block_size: int
+    system_prompt_len: int
+    question_len: int
+    output_len: int
+    num_groups: int
+    prompt_pool: int  # distinct prompts inference-perf cycles through (groups x prompts)
+    ignore_eos: bool
+    arch: dict
+    stages: list[Stage] = field(default_factory=list)
+
+    @property
+    def generated_len(self) -> int:
+        """Tokens the server generates per request when it is fixed (ignore_eos with max_tokens =
+        output_len), else 0 = use the measured per-request counts. The client-side counts are
+        re-tokenized text: they do not correlate with E2E at all (r = 0.00 in every experiment)
+        and undercount for llama-2-7b, so the fixed length is the better truth."""
+        return self.output_len if self.ignore_eos and self.output_len > 0 else 0
+
+    def model_vec(self, hw: dict) -> np.ndarray:
+        return model_vector(self.arch, self.tp, hw)
+
+
+@dataclass
+class GroundTruth:
+    source: str
+    experiments: list[Experiment]
+    hardware: dict
+    requests: pd.DataFrame | None = None
+    steps: pd.DataFrame | None = None
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({e.model for e in self.experiments})
+
+    @property
+    def mode(self) -> str:
+        return "trace" if self.requests is not None else "spec"
+
+    def experiment(self, exp_id: str) -> Experiment:
+        for e in self.experiments:
+            if e.id == exp_id:
+                return e
+        raise KeyError(exp_id)
+
+    def fingerprint(self) -> str:
+        """Stable hash of everything the evaluator reads, stored with every run."""
+        h = hashlib.sha256()
+        h.update(json.dumps([asdict(e) for e in self.experiments], sort_keys=True, default=str).encode())
+        h.update(json.dumps(self.hardware, sort_keys=True).encode())
+        for df in (self.requests, self.steps):
+            if df is not None:
+                h.update(pd.util.hash_pandas_object(df, index=False).values.tobytes())
+        return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- helpers
+
+def _load_yaml(path: Path):
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise DataError(f"{path}: not valid YAML/JSON ({e})") from None
+
+
+def _get(obj, keys: str, path: Path, kind=float):
+    cur = obj
+    for k in keys.split("."):
+        if not isinstance(cur, dict) or k not in cur:
+            raise DataError(f"{path}: missing field '{keys}'")
+        cur = cur[k]
+    try:
+        val = kind(cur)
+    except (TypeError, ValueError):
+        raise DataError(f"{path}: field '{keys}' is not a {kind.__name__} ({cur!r})") from None
+    if kind is float and not math.isfinite(val):
+        raise DataError(f"{path}: field '{keys}' is not finite")
+    return val
+
+
+def model_short_name(model_id: str) -> str:
+    """'meta-llama/Llama-2-70b-hf' -> 'llama-2-70b'; 'mistralai/Mixtral-8x7B-v0.1' -> 'mixtral-8x7b'."""
+    name = model_id.split("/")[-1].lower()
+    for suffix in ("-instruct-hf", "-hf", "-instruct"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    if name.startswith("mixtral"):
+        name = "-".join(name.split("-")[:2])
+    return name
+
+
+def _workload_of(exp_id: str) -> str:
+    return exp_id.rsplit("-", 1)[-1]
+
+
+def read_arch(config_path: Path) -> dict:
+    cfg = _load_yaml(config_path)
+    arch = {
+        "layers": _get(cfg, "num_hidden_layers", config_path, int),
+        "hidden": _get(cfg, "hidden_size", config_path, int),
+        "n_heads": _get(cfg, "num_attention_heads", config_path, int),
+        "n_kv_heads": int(cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")),
+        "ffn": _get(cfg, "intermediate_size", config_path, int),
+        "n_experts": int(cfg.get("num_local_experts") or 0),
+        "top_k": int(cfg.get("num_experts_per_tok") or 0),
+        "vocab": _get(cfg, "vocab_size", config_path, int),
+    }
+    for k, v in arch.items():
+        if v < 0 or (k not in ("n_experts", "top_k") and v == 0):
+            raise DataError(f"{config_path}: field '{k}' must be positive")
+    return arch
+
+
+def read_hardware(hw_dir: Path) -> dict:
+    path = hw_dir / "h100-sxm.json"
+    if not path.exists():
+        return dict(DEFAULT_HW)
+    d = _load_yaml(path)
+    bf16 = _get(d, "compute.bf16_tensor_core", path)
+    sparse = bool(d.get("compute", {}).get("with_sparsity", False))
+    return {
+        "name": str(d.get("name", "H100")),
+        "peak_flops": bf16 * 1e12 / (2.0 if sparse else 1.0),  # dense bf16
+        "hbm_bw": _get(d, "memory.bandwidth_tb_s", path) * 1e12,
+        "nvlink_bw": _get(d, "interconnect.nvlink_bandwidth_gb_s", path) * 1e9 / 2.0,  # per direction
+    }
+
+
+def estimate_kv_blocks(arch: dict, tp: int, block_size: int = 16, gpu_mem_gb: float = 80.0,
+                       utilization: float = 0.9) -> int:
+    """Fallback when the KV capacity is not recorded: vLLM's memory budget minus weights."""
+    h, L, nq, nkv = arch["hidden"], arch["layers"], arch["n_heads"], arch["n_kv_heads"]
+    hd = h / nq
+    attn = h * nq * hd + 2 * h * nkv * hd + nq * hd * h
+    mlp = 3 * h * arch["ffn"] * max(1, arch.get("n_experts", 0))
+    weights = 2 * (L * (attn + mlp) + 2 * arch["vocab"] * h)
+    free = gpu_mem_gb * 1e9 * utilization * tp - weights
+    per_block = block_size * 2 * L * nkv * hd * 2
+    return max(1, int(free / per_block))
+
+
+# ---------------------------------------------------------------- directory reader
+
+def load_ground_truth(data_dir: str | Path) -> GroundTruth:
+    """Read a ground-truth directory (layout of ../shared/data); validate as we go."""
+    root = Path(data_dir)
+    exp_root = root / "experiments"
+    if not exp_root.is_dir():
+        raise DataError(f"{exp_root}: missing (experiments/ is required in a ground-truth directory)")
+    hw = read_hardware(root / "hardware")
+    meta = {}
+    meta_path = root / "requests" / "replay_experiment_meta.csv"
+    if meta_path.exists():
+        m = pd.read_csv(meta_path)
+        for col in ("experiment_id", "cfg_kv_blocks_total_gpu"):
+            if col not in m.columns:
+                raise DataError(f"{meta_path}: missing column '{col}'")
+        meta = {r.experiment_id: r for r in m.itertuples()}
+    requests = _read_requests(root / "requests" / "requests.parquet")
+    steps = _read_steps(root / "steps" / "steps.parquet")
+    arch_cache: dict[str, dict] = {}
+    experiments = []
+    for d in sorted(p for p in exp_root.iterdir() if p.is_dir()):
+        experiments.append(_read_experiment(d, root, hw, meta.get(d.name), arch_cache, requests))
+    if not experiments:
+        raise DataError(f"{exp_root}: no experiment directories")
+    ids = {e.id for e in experiments}
+    if requests is not None:
+        unknown = set(requests["experiment_id"]) - ids
+        if unknown:
+            raise DataError(f"{root / 'requests/requests.parquet'}: experiment_id {sorted(unknown)[0]!r} "
+                            "has no experiments/ directory")
+    if steps is not None:
+        steps = steps[steps["experiment_id"].isin(ids)].reset_index(drop=True)
+        model_of = {e.id: e.model for e in experiments}
+        steps["model_key"] = steps["experiment_id"].map(model_of)
+    return GroundTruth(str(root), experiments, hw, requests, steps)
+
+
+def _read_requests(path: Path) -> pd.DataFrame | None:
+    if not path.exists():
+        return None
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:  # pyarrow raises several types for corrupt files
+        raise DataError(f"{path}: cannot read parquet ({e})") from None
+    for c in REQUEST_COLUMNS:
+        if c not in df.columns:
+            raise DataError(f"{path}: missing column '{c}'")
+    if "has_error" not in df.columns:
+        df["has_error"] = False
+    bad = df[(df["input_tokens"] <= 0) | (df["output_tokens"] < 0) | (df["arrival_time_us"] < 0)]
+    if len(bad):
+        r = bad.iloc[0]
+        raise DataError(f"{path}: row {bad.index[0]} (experiment {r.experiment_id}): input_tokens must be >= 1, "
+                        "output_tokens and arrival_time_us >= 0")
+    ok = ~df["has_error"]
+    badt = df[ok & ((df["e2e_s"] < df["ttft_s"]) | (df["ttft_s"] < 0) | df["e2e_s"].isna())]
+    if len(badt):
+        raise DataError(f"{path}: row {badt.index[0]}: e2e_s/ttft_s missing, negative or e2e < ttft")
+    return df.sort_values(["experiment_id", "arrival_time_us"], kind="stable").reset_index(drop=True)
+
+
+def _read_steps(path: Path) -> pd.DataFrame | None:
+    if not path.exists():
+        return None
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:
+        raise DataError(f"{path}: cannot read parquet ({e})") from None
+    for c in STEP_COLUMNS:
+        if c not in df.columns:
+            raise DataError(f"{path}: missing column '{c}'")
+    for c in STEP_COLUMNS[1:-1]:
+        if df[c].isna().any() or (df[c] < 0).any():
+            raise DataError(f"{path}: column '{c}' has missing or negative values "
+                            f"(first at row {int(np.flatnonzero((df[c].isna() | (df[c] < 0)).to_numpy())[0])})")
+    return df.sort_values(["experiment_id", "step_id"], kind="stable").reset_index(drop=True)
+
+
+def _read_experiment(d: Path, root: Path, hw: dict, meta_row, arch_cache, requests) -> Experiment:
+    cfg_path = d / "exp-config.yaml"
+    cfg = _load_yaml(cfg_path)
+    if not isinstance(cfg, dict):
+        raise DataError(f"{cfg_path}: expected a mapping")
+    model_id = str(_get(cfg, "model", cfg_path, str))
+    tp = _get(cfg, "tensor_parallelism", cfg_path, int)
+    prof_path = d / "profile.yaml"
+    prof = _load_yaml(prof_path)
+    sp = prof.get("data", {}).get("shared_prefix", {}) if isinstance(prof, dict) else {}
+    stages_cfg = prof.get("load", {}).get("stages") if isinstance(prof, dict) else None
+    if not stages_cfg:
+        raise DataError(f"{prof_path}: missing field 'load.stages'")
+    resolved = d / "inference_perf_resolved_config.yaml"
+    num_groups = int(sp.get("num_unique_system_prompts", 1) or 1)
+    if resolved.exists():  # what inference-perf actually used (PROVENANCE caveat 4)
+        rsp = ((_load_yaml(resolved) or {}).get("data") or {}).get("shared_prefix") or {}
+        num_groups = int(rsp.get("num_groups") or num_groups)
+        prompts_per_group = int(rsp.get("num_prompts_per_group") or 1)
+    else:
+        prompts_per_group = int(sp.get("num_users_per_system_prompt", 1) or 1)
+    arch_name = model_id.split("/")[-1]
+    cfg_json = root / "model_configs" / arch_name / "config.json"
+    if arch_name not in arch_cache:
+        if cfg_json.exists():
+            arch_cache[arch_name] = read_arch(cfg_json)
+        else:
+            arch_cache[arch_name] = _embedded_arch(model_id, cfg_json)
+    arch = arch_cache[arch_name]
+    if meta_row is not None:
+        kv_blocks = int(meta_row.cfg_kv_blocks_total_gpu)
+    elif "kv_blocks_total_gpu" in cfg:
+        kv_blocks = _get(cfg, "kv_blocks_total_gpu", cfg_path, int)
+    else:
+        kv_blocks = estimate_kv_blocks(arch, tp)
+    exp = Experiment(
+        id=d.name,
+        model=model_short_name(model_id),
+        model_id=model_id,
+        workload=_workload_of(d.name),
+        tp=tp,
+        kv_blocks=kv_blocks,
+        max_num_seqs=int(cfg.get("max_num_seqs", 128)),
+        max_batched_tokens=int(cfg.get("max_num_batched_tokens", 2048)),
+        block_size=int(cfg.get("block_size", 16)),
+        system_prompt_len=int(sp.get("system_prompt_len", 0)),
+        question_len=int(sp.get("question_len", 0)),
+        output_len=int(sp.get("output_len", 0)),
+        num_groups=num_groups,
+        prompt_pool=num_groups * prompts_per_group,
+        ignore_eos=bool((prof.get("server") or {}).get("ignore_eos", False)),
+        arch=arch,
+    )
+    start = 0.0
+    for i, st in enumerate(stages_cfg):
+        rate = _get(st, "rate", prof_path)
+        dur = _get(st, "duration", prof_path)
+        if rate <= 0 or dur <= 0:
+            raise DataError(f"{prof_path}: load.stages[{i}] rate and duration must be positive")
+        stage = Stage(index=i, rate=rate, duration_s=dur, start_s=start)
+        start += dur
+        _fill_stage_measurements(stage, d / f"stage_{i}_lifecycle_metrics.json", len(stages_cfg) == 1,
+                                 d / "summary_lifecycle_metrics.json", exp.generated_len)
+        exp.stages.append(stage)
+    if requests is not None:
+        _fill_from_requests(exp, requests[requests["experiment_id"] == exp.id])
+    return exp
+
+
+def _fill_stage_measurements(stage: Stage, path: Path, single: bool, summary: Path, n_tokens: int) -> None:
+    if not path.exists() and single and summary.exists():
+        path = summary
+    if not path.exists():
+        raise DataError(f"{path}: missing (one lifecycle-metrics file per load stage)")
+    d = _load_yaml(path)
+    stage.n_requests = _get(d, "successes.count", path, int)
+    stage.e2e_s = _get(d, "successes.latency.request_latency.mean", path)
+    stage.ttft_s = _get(d, "successes.latency.time_to_first_token.mean", path)
+    stage.reported_itl_s = _get(d, "successes.latency.inter_token_latency.mean", path)
+    stage.mean_input = _get(d, "successes.prompt_len.mean", path)
+    stage.mean_output = _get(d, "successes.output_len.mean", path)
+    stage.itl_s = per_token_from_reported(stage.reported_itl_s, n_tokens)
+    stage.itl_source = "reported-relation"
+
+
+def per_token_from_reported(reported_itl_s: float, n_tokens: int) -> float:
+    """True per-output-token time from inference-perf's reported ITL/TPOT.
+
+    The inference-perf build used here timestamps every line of the SSE stream, the blank
+    separator lines included, so N generated tokens (+ [DONE]) give 2(N+1) timestamps and
+    TPOT = (last - first) / (2N + 1) = tau * (N - 1) / (2N + 1) (fixed upstream later).
+    This reproduces sum(e2e - ttft) / sum(N - 1) from the requests within 0.1% in all 12
+    experiments. Without a fixed N it falls back to the observed factor of 2.013.
+    """
+    if n_tokens and n_tokens > 1:
+        return reported_itl_s * (2 * n_tokens + 1) / (n_tokens - 1)
+    return reported_itl_s * 2.013
+
+
+def stage_of(exp: Experiment, arrival_s: np.ndarray) -> np.ndarray:
+    """Stage index of each arrival time (seconds from the experiment start)."""
+    bounds = np.array([s.start_s + s.duration_s for s in exp.stages[:-1]])
+    return np.searchsorted(bounds, arrival_s, side="right")
+
+
+def _fill_from_requests(exp: Experiment, req: pd.DataFrame) -> None:
+    """Measured stage means from the per-request rows (ratio of sums for per-token time)."""
+    if req.empty:
+        return
+    ok = req[~req["has_error"]]
+    st = stage_of(exp, ok["arrival_time_us"].to_numpy() / 1e6)
+    for s in exp.stages:
+        g = ok[st == s.index]
+        if g.empty:
+            continue
+        s.n_requests = len(g)
+        s.mean_input = float(g["input_tokens"].mean())
+        s.mean_output = float(g["output_tokens"].mean())
+        s.e2e_s = float(g["e2e_s"].mean())
+        s.ttft_s = float(g["ttft_s"].mean())
+        out = g["output_tokens"].to_numpy()
+        if exp.generated_len:
+            out = np.full(len(g), exp.generated_len)
+        s.itl_s = per_token_time(g["e2e_s"].to_numpy(), g["ttft_s"].to_numpy(), out)
+        s.itl_source = "requests"
+
+
+def per_token_time(e2e, ttft, out) -> float:
+    """sum(e2e - ttft) / sum(out - 1) over requests with at least 2 output tokens."""
+    m = out >= 2
+    denom = float(np.sum(out[m] - 1))
+    return float(np.sum(e2e[m] - ttft[m]) / denom) if denom > 0 else math.nan
+
+
+# ---------------------------------------------------------------- embedded default
+
+def _embedded_arch(model_id: str, missing: Path) -> dict:
+    table = load_default_table()
+    for e in table["experiments"]:
+        if e["model_id"] == model_id:
+            return dict(e["arch"])
+    raise DataError(f"{missing}: missing, and model {model_id!r} is not in the embedded default table")
+
+
+def build_default_table(gt: GroundTruth) -> dict:
+    """The compact table embedded in the package: workload facts and measured means only."""
+    exps = []
+    for e in gt.experiments:
+        d = asdict(e)
+        for s in d["stages"]:
+            for k in ("mean_input", "mean_output", "e2e_s", "ttft_s", "itl_s", "reported_itl_s", "rate",
+                      "duration_s", "start_s"):
+                s[k] = round(float(s[k]), 6)
+        exps.append(d)
+    return {
+        "about": "Derived by `evolve make-default` from a ground-truth directory: per experiment the "
+                 "vLLM config, load stages, prompt/output lengths and measured stage means "
+                 "(E2E, TTFT, per-output-token time as sum(e2e-ttft)/sum(out-1)). No raw rows.",
+        "hardware": gt.hardware,
+        "experiments": exps,
+    }
+
+
+def load_default_table() -> dict:
+    text = resources.files("evaluator").joinpath(DEFAULT_TABLE).read_text()
+    return json.loads(text)
+
+
+def load_default() -> GroundTruth:
+    """The embedded default: workload-spec mode on the 12 measured experiments."""
+    t = load_default_table()
+    exps = []
+    for d in t["experiments"]:
+        stages = [Stage(**s) for s in d.pop("stages")]
+        exps.append(Experiment(**d, stages=stages))
+    return GroundTruth("embedded", exps, t["hardware"])
+
+
+def load(data: str | Path | None) -> GroundTruth:
+    """`--data DIR` if given, else the embedded default."""
+    return load_default() if data is None else load_ground_truth(data)

@@ -1,0 +1,318 @@
+"""The judge: fit a candidate's constants, simulate every experiment, score against measurements.
+
+Honest by construction: constants and request overheads are fitted on the training part and
+errors are reported on the held-out part. Default split: inside each load stage, requests
+(and step rows) in the first `train_fraction` of the stage's time train, the rest test.
+Holdouts: leave one model out (constants fitted globally on the other models) or leave one
+workload out (per-model constants fitted on the model's other workloads); the held-out
+experiments are then scored on all their requests.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evaluator.data import GroundTruth, per_token_time
+from evaluator.fitting import (MAX_STATES_PER_STAGE, Overheads, StageStates, fit_constants, fit_overheads,
+                               states_to_components, subsample)
+from evaluator.simulator import SimResult, simulate
+from evaluator.step_scoring import build_step_rows, predict_rows, step_metrics
+from evaluator.workload import build_workload
+
+OBJECTIVES = ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "complexity")
+
+
+@dataclass
+class Evaluation:
+    valid: bool
+    error: str | None = None
+    constants: dict[str, list[float]] = field(default_factory=dict)
+    overheads: dict[str, dict] = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)  # one per experiment x stage
+    steps: dict[str, dict] = field(default_factory=dict)  # per experiment with step rows
+    objectives: dict[str, float] = field(default_factory=dict)
+    sim_steps: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _edge_states(kv_tokens: float) -> np.ndarray:
+    """A grid of batch states at the edges of what a simulation can visit."""
+    out = []
+    for P in (0, 1, 16, 256, 2048):
+        for n_p in (0, 1, 8):
+            if (P == 0) != (n_p == 0) or P < n_p:
+                continue
+            for D in (0, 1, 8, 64, 128 - n_p):
+                if P + D == 0:
+                    continue
+                for K in (16.0, 1e4, 1e5, kv_tokens):
+                    out.append((P, D, n_p, D, n_p + D, K, 0.0))
+    return np.array(out, np.float64)
+
+
+class Evaluator:
+    def __init__(self, gt: GroundTruth, train_fraction: float = 0.7, holdout: tuple[str, str] | None = None,
+                 global_fit: bool = False, seed: int = 0):
+        self.gt = gt
+        self.train_fraction = train_fraction
+        self.holdout = holdout
+        self.global_fit = global_fit or (holdout is not None and holdout[0] == "model")
+        self.exps = list(gt.experiments)
+        self.hw = gt.hardware
+        self.mv = {e.id: e.model_vec(self.hw) for e in self.exps}
+        self.wl = {e.id: build_workload(e, gt, seed) for e in self.exps}
+        self.step_rows = build_step_rows(gt, train_fraction)
+        if holdout is not None:
+            kind, value = holdout
+            if kind not in ("model", "workload"):
+                raise ValueError("holdout kind must be 'model' or 'workload'")
+            key = (lambda e: e.model) if kind == "model" else (lambda e: e.workload)
+            if value not in {key(e) for e in self.exps}:
+                raise ValueError(f"no experiment with {kind} {value!r}")
+            self.fit_exps = [e for e in self.exps if key(e) != value]
+            self.report_exps = [e for e in self.exps if key(e) == value]
+        else:
+            self.fit_exps = self.report_exps = self.exps
+        self.train_mask = {e.id: self._train_mask(e) for e in self.exps}
+        self._reference: dict[str, np.ndarray] | None = None
+        self._probe_cache: dict[str, np.ndarray] = {}
+
+    # -------------------------------------------------------------- splits
+    def _train_mask(self, e) -> np.ndarray:
+        wl = self.wl[e.id]
+        t = wl.arrival_us / 1e6
+        cut = np.array([s.start_s + self.train_fraction * s.duration_s for s in e.stages])
+        return t < cut[wl.stage]
+
+    def _part(self, e, part: str) -> np.ndarray:
+        if self.holdout is not None and part == "test":
+            return np.ones(len(self.wl[e.id].arrival_us), bool)
+        m = self.train_mask[e.id]
+        return m if part == "train" else ~m
+
+    def _measured(self, e, stage, mask) -> tuple[float, float, float]:
+        """Measured mean E2E (s), TTFT (s), per-token time (s) of the selected requests."""
+        wl = self.wl[e.id]
+        st = e.stages[stage]
+        sel = mask & (wl.stage == stage)
+        if wl.measured_e2e_s is None or not sel.any():
+            return st.e2e_s, st.ttft_s, st.itl_s
+        e2e, ttft = wl.measured_e2e_s[sel], wl.measured_ttft_s[sel]
+        return float(e2e.mean()), float(ttft.mean()), per_token_time(e2e, ttft, wl.gen_len[sel])
+
+    # -------------------------------------------------------------- fitting helpers
+    def _stage_states(self, e, states: np.ndarray) -> list[StageStates]:
+        out = []
+        train = self._part(e, "train")
+        for s in e.stages:
+            lo, hi = s.start_s * 1e6, (s.start_s + self.train_fraction * s.duration_s) * 1e6
+            if self.holdout is not None:
+                hi = (s.start_s + s.duration_s) * 1e6
+            m = (states[:, 6] >= lo) & (states[:, 6] < hi) & (states[:, 1] > 0)
+            idx = np.flatnonzero(m)
+            if len(idx) < 10:
+                continue
+            idx = idx[subsample(len(idx), MAX_STATES_PER_STAGE)]
+            st = states[idx]
+            _, _, itl = self._measured(e, s.index, train)
+            if not math.isfinite(itl):
+                continue
+            out.append(StageStates(e.id, s.index, states_to_components(st, self.mv[e.id]),
+                                   np.ascontiguousarray(st[:, 1]), itl * 1e6))
+        return out
+
+    def _groups(self) -> dict[str, list]:
+        """Fitting groups: one per model, or one for all when fitting globally."""
+        g: dict[str, list] = {}
+        for e in self.fit_exps:
+            g.setdefault("*" if self.global_fit else e.model, []).append(e)
+        return g
+
+    def _probes(self, group_exps) -> np.ndarray:
+        """Component rows covering what a simulation of these experiments visits."""
+        ref = self.reference_states()
+        parts = []
+        for e in group_exps:
+            st = ref[e.id]
+            st = st[subsample(len(st), 3000)]
+            parts.append(states_to_components(np.vstack([st, _edge_states(e.kv_blocks * e.block_size)]),
+                                              self.mv[e.id]))
+        for rows in self._rows_for(group_exps):
+            parts.append(rows.X)
+        return np.ascontiguousarray(np.vstack(parts))
+
+    def _rows_for(self, group_exps) -> list:
+        models = {e.model for e in group_exps}
+        return [self.step_rows[m] for m in sorted(models) if m in self.step_rows]
+
+    def reference_states(self) -> dict[str, np.ndarray]:
+        """Batch states from a calibrated blackbox simulation, computed once per evaluator."""
+        if self._reference is None:
+            from evolve.program import parse_program
+            from seeds import seed_sources
+            ref = parse_program(seed_sources()["blackbox"])
+            f = ref.compiled()
+            consts = {}
+            for key, exps in self._groups().items():
+                itl = np.mean([s.itl_s for e in exps for s in e.stages if math.isfinite(s.itl_s)]) * 1e6
+                consts[key] = np.array([itl, 0.0, 0.0])
+            states = {}
+            for _ in range(2):
+                for e in self.exps:
+                    c = consts.get(self._key(e), np.mean(list(consts.values()), axis=0))
+                    r = self._sim(f, c, e, record=True)
+                    states[e.id] = r.states
+                for key, exps in self._groups().items():
+                    st = [s for e in exps for s in self._stage_states(e, states[e.id])]
+                    consts[key], _ = fit_constants(f, consts[key], st, [])
+            self._reference = states
+        return self._reference
+
+    def _probe(self, key, exps) -> np.ndarray:
+        if key not in self._probe_cache:
+            self._probe_cache[key] = self._probes(exps)
+        return self._probe_cache[key]
+
+    def _key(self, e) -> str:
+        return "*" if self.global_fit else e.model
+
+    def _sim(self, f, consts, e, record=False) -> SimResult:
+        return simulate(f, consts, self.mv[e.id], self.wl[e.id], e.kv_blocks, e.max_num_seqs,
+                        e.max_batched_tokens, e.block_size, record=record)
+
+    # -------------------------------------------------------------- main entry
+    def evaluate(self, program, constants: dict[str, list[float]] | None = None,
+                 overheads: dict[str, dict] | None = None, fit: bool = True, refine: bool = True) -> Evaluation:
+        t0 = time.perf_counter()
+        f = program.compiled()
+        x0 = program.initial_constants
+        groups = self._groups()
+        if constants is not None:
+            consts = {k: np.asarray(v, np.float64) for k, v in constants.items()}
+        elif not fit:
+            consts = {k: x0.copy() for k in groups}
+        else:
+            ref = self.reference_states()
+            consts = {}
+            for key, exps in groups.items():
+                st = [s for e in exps for s in self._stage_states(e, ref[e.id])]
+                consts[key], _ = fit_constants(f, x0, st, self._rows_for(exps), self._probe(key, exps))
+        n_steps = 0
+        results: dict[str, SimResult] = {}
+        for rnd in range(2 if (fit and refine and constants is None) else 1):
+            record = rnd == 0 and fit and refine and constants is None
+            results = {}
+            for e in self.exps:
+                c = self._consts_for(e, consts)
+                if c is None:
+                    return self._invalid(f"no constants for model {e.model}", t0)
+                r = self._sim(f, c, e, record=record)
+                n_steps += r.n_steps
+                if not r.ok:
+                    why = "invalid prediction (NaN, inf or < 1 us)" if r.status == 1 else "runaway simulation"
+                    return self._invalid(f"{e.id}: {why}", t0, consts)
+                results[e.id] = r
+            if record:
+                for key, exps in groups.items():
+                    st = [s for e in exps for s in self._stage_states(e, results[e.id].states)]
+                    consts[key], _ = fit_constants(f, consts[key], st, self._rows_for(exps), self._probe(key, exps))
+        ev = self._score(f, consts, results, overheads)
+        ev.sim_steps = n_steps
+        ev.seconds = time.perf_counter() - t0
+        ev.objectives["complexity"] = float(program.complexity.total)
+        return ev
+
+    def _consts_for(self, e, consts):
+        key = self._key(e)
+        if key in consts:
+            return consts[key]
+        if self.holdout and self.holdout[0] == "model" and "*" in consts:
+            return consts["*"]
+        return None
+
+    def _invalid(self, why: str, t0: float, consts=None) -> Evaluation:
+        ev = Evaluation(valid=False, error=why, seconds=time.perf_counter() - t0)
+        if consts:
+            ev.constants = {k: [float(x) for x in v] for k, v in consts.items()}
+        ev.objectives = {k: math.inf for k in OBJECTIVES}
+        return ev
+
+    def _score(self, f, consts, results, overheads_in) -> Evaluation:
+        ev = Evaluation(valid=True)
+        ev.constants = {k: [float(x) for x in v] for k, v in consts.items()}
+        # request-level overheads, fitted per model on the training requests
+        ovh: dict[str, Overheads] = {}
+        if overheads_in is not None:
+            ovh = {k: Overheads(**v) for k, v in overheads_in.items()}
+        else:
+            by_model: dict[str, list] = {}
+            for e in self.fit_exps:
+                by_model.setdefault(e.model, []).append(e)
+            for model, exps in by_model.items():
+                groups = []
+                for e in exps:
+                    r, wl = results[e.id], self.wl[e.id]
+                    m = np.ones(len(wl.arrival_us), bool) if self.holdout is not None else self._part(e, "train")
+                    for s in e.stages:
+                        g = m & (wl.stage == s.index)
+                        if wl.measured_e2e_s is not None:
+                            mt, me = wl.measured_ttft_s[g] * 1e6, wl.measured_e2e_s[g] * 1e6
+                        else:  # spec mode: the stage means
+                            mt, me = np.full(g.sum(), s.ttft_s * 1e6), np.full(g.sum(), s.e2e_s * 1e6)
+                        groups.append((r.ttft_us[g], r.e2e_us[g], mt, me))
+                ovh[model] = fit_overheads(groups)
+            if ovh:
+                mean = Overheads(**{k: float(np.mean([getattr(o, k) for o in ovh.values()]))
+                                    for k in Overheads().as_dict()})
+                for e in self.exps:
+                    ovh.setdefault(e.model, mean)
+        ev.overheads = {k: v.as_dict() for k, v in ovh.items()}
+        # per experiment x stage errors on the reported part
+        for e in self.report_exps:
+            r, wl, o = results[e.id], self.wl[e.id], ovh[e.model]
+            ttft = r.ttft_us + o.queueing_us + o.queueing_per_input_token_us * wl.prompt_len
+            e2e = r.e2e_us + o.queueing_us + o.queueing_per_input_token_us * wl.prompt_len \
+                + o.output_token_us * wl.gen_len + o.post_decode_us
+            part = self._part(e, "test")
+            for s in e.stages:
+                sel = part & (wl.stage == s.index)
+                if not sel.any():
+                    continue
+                me2e, mttft, mitl = self._measured(e, s.index, part)
+                pe2e, pttft = float(e2e[sel].mean()) / 1e6, float(ttft[sel].mean()) / 1e6
+                pitl = per_token_time(e2e[sel], ttft[sel], wl.gen_len[sel]) / 1e6
+                ev.rows.append({
+                    "experiment": e.id, "model": e.model, "workload": e.workload, "stage": s.index,
+                    "rate": s.rate, "n_requests": int(sel.sum()),
+                    "pred_e2e_s": pe2e, "meas_e2e_s": me2e, "e2e_err": abs(pe2e - me2e) / me2e,
+                    "pred_ttft_s": pttft, "meas_ttft_s": mttft, "ttft_err": abs(pttft - mttft) / mttft,
+                    "pred_itl_s": pitl, "meas_itl_s": mitl, "itl_err": abs(pitl - mitl) / mitl,
+                    "sim_steps": r.n_steps, "preempted": r.n_preempted,
+                })
+        # per-step scoring on the real step rows
+        report_models = {e.model for e in self.report_exps}
+        for model, rows in self.step_rows.items():
+            if model not in report_models:
+                continue
+            e0 = next(e for e in self.exps if e.model == model)
+            c = self._consts_for(e0, consts)
+            pred = predict_rows(f, rows.X, np.ascontiguousarray(c))
+            if not np.all(np.isfinite(pred) & (pred >= 1.0)):
+                return self._invalid(f"invalid prediction on real step rows of {model}", time.perf_counter())
+            ev.steps.update(step_metrics(pred, rows, "test" if self.holdout is None else "all"))
+        e2e = [x["e2e_err"] for x in ev.rows]
+        mape = [v["step_mape"] for v in ev.steps.values() if math.isfinite(v["step_mape"])]
+        ev.objectives = {
+            "step_mape": float(np.mean(mape)) if mape else math.nan,
+            "e2e_mean": float(np.mean(e2e)) if e2e else math.nan,
+            "e2e_worst": float(np.max(e2e)) if e2e else math.nan,
+            "ttft_mean": float(np.mean([x["ttft_err"] for x in ev.rows])) if ev.rows else math.nan,
+            "itl_mean": float(np.mean([x["itl_err"] for x in ev.rows])) if ev.rows else math.nan,
+        }
+        return ev

@@ -1,0 +1,76 @@
+"""Per-step scoring on the real scheduler-step rows.
+
+Target: `next_step_start_delta_us`, the exact start-to-start step cycle (present on ~10% of
+rows). `duration_us` times only the schedule() call (PROVENANCE caveat 1), so it is used
+only as a rank-correlation diagnostic, never as a target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from scipy.stats import spearmanr
+
+from evaluator.components import PREDICTOR_TYPE, components_matrix
+from evaluator.data import GroundTruth
+
+
+@numba.njit((PREDICTOR_TYPE, numba.float64[:, ::1], numba.float64[::1]), cache=True, error_model="numpy")
+def predict_rows(predict, X, consts):
+    """Predictions for every row of a component matrix (one compiled loop, no recompilation)."""
+    out = np.empty(X.shape[0])
+    for i in range(X.shape[0]):
+        out[i] = predict(X[i], consts)
+    return out
+
+
+@dataclass
+class StepRows:
+    """The step rows of one model: components, targets and the train/test split."""
+    model: str
+    experiment: np.ndarray  # experiment id per row
+    X: np.ndarray  # components, C-contiguous
+    target_us: np.ndarray  # next_step_start_delta_us (NaN where absent)
+    duration_us: np.ndarray
+    train: np.ndarray  # bool: first `train_fraction` of each experiment's steps by step_id
+
+    @property
+    def has_target(self) -> np.ndarray:
+        return np.isfinite(self.target_us)
+
+
+def build_step_rows(gt: GroundTruth, train_fraction: float = 0.7) -> dict[str, StepRows]:
+    if gt.steps is None:
+        return {}
+    out = {}
+    hw = gt.hardware
+    for model in sorted(gt.steps["model_key"].unique()):
+        s = gt.steps[gt.steps["model_key"] == model]
+        exps = {e.id: e for e in gt.experiments}
+        mv = np.stack([exps[x].model_vec(hw) for x in s["experiment_id"]])
+        f = lambda c: s[c].to_numpy(np.float64)  # noqa: E731
+        K = (f("kv_blocks_total_gpu") - f("kv_blocks_free_gpu")) * 16.0
+        X = components_matrix(mv, f("prefill_tokens"), f("decode_tokens"), f("num_prefill_reqs"),
+                              f("num_decode_reqs"), f("running_depth"), K)
+        train = np.zeros(len(s), bool)
+        for exp_id in s["experiment_id"].unique():
+            idx = np.flatnonzero((s["experiment_id"] == exp_id).to_numpy())
+            train[idx[: int(len(idx) * train_fraction)]] = True  # rows are sorted by step_id
+        out[model] = StepRows(model, s["experiment_id"].to_numpy(), np.ascontiguousarray(X),
+                              s["next_step_start_delta_us"].to_numpy(np.float64, na_value=np.nan),
+                              f("duration_us"), train)
+    return out
+
+
+def step_metrics(pred: np.ndarray, rows: StepRows, part: str = "test") -> dict[str, dict]:
+    """Per experiment: MAPE vs the measured cycle on `part`, Spearman vs duration_us (all rows)."""
+    out = {}
+    sel_part = ~rows.train if part == "test" else rows.train
+    for exp_id in np.unique(rows.experiment):
+        m = rows.experiment == exp_id
+        t = m & sel_part & rows.has_target
+        mape = float(np.mean(np.abs(pred[t] - rows.target_us[t]) / rows.target_us[t])) if t.any() else np.nan
+        rho = spearmanr(pred[m], rows.duration_us[m]).statistic if m.sum() > 2 else np.nan
+        out[str(exp_id)] = {"step_mape": mape, "spearman_duration": float(rho), "n": int(t.sum())}
+    return out

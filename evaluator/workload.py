@@ -1,0 +1,64 @@
+"""Request streams for the simulator: trace replay (requests table) or workload spec (profiles).
+
+Trace replay uses the measured arrivals and prompt lengths. Generated lengths follow
+`Experiment.generated_len` (fixed max_tokens under ignore_eos) when set, else the measured
+counts. Workload spec draws Poisson arrivals per load stage from a seeded generator (the
+arrival process measured in the single-rate runs has CV 1.00) with the stage's mean lengths.
+Prefix caching: inference-perf (the build used) cycles through a fixed pool of
+groups x prompts full prompts (request n gets prompt n % pool), so a request after the first
+pass finds its whole prompt cached (full 16-token blocks; the last token is recomputed), and in
+the first pass every request after the first of its group finds the system prompt cached.
+Cache eviction under KV pressure is not modelled.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from evaluator.data import Experiment, GroundTruth, stage_of
+from evaluator.simulator import Workload
+
+
+def _cached(exp: Experiment, prompt: np.ndarray) -> np.ndarray:
+    n = len(prompt)
+    b = exp.block_size
+    cached = ((prompt - 1) // b) * b  # repeat of a prompt already seen
+    first_pass = np.arange(n) < exp.prompt_pool
+    cached[first_pass] = (exp.system_prompt_len // b) * b
+    cached[: min(n, exp.num_groups)] = 0  # first request of each group fills the cache
+    return np.minimum(cached, prompt - 1).astype(np.int64)
+
+
+def trace_workload(exp: Experiment, gt: GroundTruth) -> Workload:
+    req = gt.requests[(gt.requests["experiment_id"] == exp.id) & ~gt.requests["has_error"]]
+    arr = req["arrival_time_us"].to_numpy(np.float64)
+    prompt = req["input_tokens"].to_numpy(np.int64)
+    if exp.generated_len:
+        gen = np.full(len(req), exp.generated_len, np.int64)
+    else:
+        gen = np.maximum(req["output_tokens"].to_numpy(np.int64), 1)
+    cached = _cached(exp, prompt)
+    return Workload(arr, prompt, cached, gen, stage_of(exp, arr / 1e6).astype(np.int64),
+                    req["e2e_s"].to_numpy(np.float64), req["ttft_s"].to_numpy(np.float64))
+
+
+def spec_workload(exp: Experiment, seed: int = 0) -> Workload:
+    rng = np.random.default_rng(seed)
+    arrs, prompts, gens, stages = [], [], [], []
+    for s in exp.stages:
+        n = max(1, int(round(s.rate * s.duration_s)))
+        gaps = rng.exponential(1.0 / s.rate, size=n)
+        t = s.start_s + np.cumsum(gaps)
+        t = t[t < s.start_s + s.duration_s]
+        arrs.append(t * 1e6)
+        prompts.append(np.full(len(t), max(1, int(round(s.mean_input))), np.int64))
+        g = exp.generated_len or max(1, int(round(s.mean_output)))
+        gens.append(np.full(len(t), g, np.int64))
+        stages.append(np.full(len(t), s.index, np.int64))
+    arr = np.concatenate(arrs)
+    prompt = np.concatenate(prompts)
+    return Workload(arr, prompt, _cached(exp, prompt),
+                    np.concatenate(gens), np.concatenate(stages))
+
+
+def build_workload(exp: Experiment, gt: GroundTruth, seed: int = 0) -> Workload:
+    return trace_workload(exp, gt) if gt.requests is not None else spec_workload(exp, seed)

@@ -1,0 +1,1 @@
+"""StepEvolve: evolution loop, candidate programs, archive and CLI."""

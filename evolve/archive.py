@@ -1,0 +1,723 @@
+"""The archive: every run, program, evaluation and LLM call, in one SQLite file.
+
+    arch = Archive("archive.db")                 # engine created in *this* process
+    run = arch.start_run(config, seed=7, data_fingerprint=fp, budget=500)
+    pid = arch.add_candidate(run, program, parents=[3], operator="llm:improve",
+                             generation=4, evaluation=ev, llm_model="openai/qwen")
+    arch.frontier(run)                           # list of records (program + evaluation)
+
+SQLite facts this module relies on (DESIGN.md section 8):
+  * WAL journal, synchronous=NORMAL, busy_timeout=30 s, foreign keys on, set on connect.
+  * pysqlite's own transaction handling is disabled (isolation_level=None) and the
+    SQLAlchemy `begin` event emits `BEGIN IMMEDIATE`, so a write transaction takes the
+    write lock up front and read-modify-write updates from several processes are never
+    lost. Pure reads use `BEGIN DEFERRED` (an engine option), so readers never wait for
+    a writer under WAL.
+  * The engine is created lazily in the process that uses it; an Archive object that
+    crosses a fork re-creates its engine in the child (never shares pooled connections).
+  * Every write is one short transaction; `add_candidate` stores program + evaluation
+    (+ the run's n_evaluated counter) atomically, so a killed run loses at most the
+    candidate in flight. Seeds go in with `add_programs_bulk` (one transaction).
+
+Schema decisions:
+  * programs.valid means "accepted into the population": it parsed, passed the caps the
+    caller checked, and is not a duplicate. Rejected proposals are kept (valid=0 with a
+    reject_reason) for accounting: unparseable source has canonical_hash NULL.
+  * Duplicates are STORED, not skipped: a structurally identical program (same
+    canonical_hash in the same run) becomes a rejected row with reject_reason
+    "duplicate of <id>" and gets no evaluation. At most one accepted program per
+    (run_id, canonical_hash) is enforced by a partial unique index (WHERE valid = 1);
+    the check-then-insert runs under BEGIN IMMEDIATE so concurrent workers cannot race.
+    `find_by_hash` returns the accepted program only.
+  * evaluations: one row per program (program_id unique). `add_evaluation` upserts, so
+    a 'screen' evaluation is replaced by the later 'full' one. Objectives are kept as
+    JSON and as float columns for SQL sorting (NaN stored as NULL, inf as inf).
+  * frontier / cells: membership tables replaced wholesale by set_frontier / set_cells.
+    `frontier(run)` returns the stored membership if any was set, else computes the
+    Pareto front of the run's valid 'full' evaluations; `frontier(None)` is always
+    computed on the fly over all runs.
+  * llm_calls doubles as the LLM reply cache (get/put, keyed by cache_key); the record
+    handed to `put` is stored verbatim and returned by `get`.
+  * Timestamps are Unix seconds (float).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, create_engine, delete,
+                        event, select, text, update)
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+OBJECTIVE_COLUMNS = ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "complexity")
+RUN_STATUSES = ("running", "finished", "failed", "interrupted")
+STAGES = ("screen", "full")
+SCHEMA_VERSION = 1
+
+
+class ArchiveError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------- schema
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String, primary_key=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    config: Mapped[Any] = mapped_column(JSON)
+    seed: Mapped[int] = mapped_column(Integer)
+    data_fingerprint: Mapped[str | None] = mapped_column(String, nullable=True)
+    status: Mapped[str] = mapped_column(String, default="running")
+    budget: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    n_evaluated: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ProgramRow(Base):
+    __tablename__ = "programs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    source: Mapped[str] = mapped_column(Text)
+    canonical_hash: Mapped[str | None] = mapped_column(String, nullable=True, index=True)
+    parent_ids: Mapped[Any] = mapped_column(JSON, default=list)
+    operator: Mapped[str] = mapped_column(String)
+    llm_model: Mapped[str | None] = mapped_column(String, nullable=True)
+    generation: Mapped[int] = mapped_column(Integer, default=0)
+    complexity: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    n_ops: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    n_cond: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    n_consts: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    components: Mapped[Any] = mapped_column(JSON, default=list)
+    valid: Mapped[bool] = mapped_column(Boolean, default=True)
+    reject_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ix_programs_run_hash", "run_id", "canonical_hash"),
+        Index("ux_programs_run_hash_accepted", "run_id", "canonical_hash", unique=True,
+              sqlite_where=text("valid = 1 AND canonical_hash IS NOT NULL")),
+    )
+
+
+class EvaluationRow(Base):
+    __tablename__ = "evaluations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), unique=True)
+    valid: Mapped[bool] = mapped_column(Boolean)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    objectives: Mapped[Any] = mapped_column(JSON, default=dict)
+    step_mape: Mapped[float | None] = mapped_column(Float, nullable=True)
+    e2e_mean: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+    e2e_worst: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ttft_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
+    itl_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
+    complexity: Mapped[float | None] = mapped_column(Float, nullable=True)
+    rows: Mapped[Any] = mapped_column(JSON, default=list)
+    steps: Mapped[Any] = mapped_column(JSON, default=dict)
+    constants: Mapped[Any] = mapped_column(JSON, default=dict)
+    overheads: Mapped[Any] = mapped_column(JSON, default=dict)
+    sim_steps: Mapped[int] = mapped_column(Integer, default=0)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    stage: Mapped[str] = mapped_column(String, default="full")
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class LLMCall(Base):
+    __tablename__ = "llm_calls"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cache_key: Mapped[str] = mapped_column(String, unique=True)
+    model: Mapped[str | None] = mapped_column(String, nullable=True)
+    prompt: Mapped[Any] = mapped_column(JSON, nullable=True)
+    reply: Mapped[str | None] = mapped_column(Text, nullable=True)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cost_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    latency_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    record: Mapped[Any] = mapped_column(JSON)  # what put() received, returned by get()
+    created_at: Mapped[float] = mapped_column(Float)
+    run_id: Mapped[str | None] = mapped_column(String, nullable=True, index=True)  # no FK: cache outlives runs
+    program_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class FrontierMember(Base):
+    __tablename__ = "frontier"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), primary_key=True)
+
+
+class Cell(Base):
+    __tablename__ = "cells"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    cell_key: Mapped[str] = mapped_column(String, primary_key=True)
+    program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"))
+
+
+# ---------------------------------------------------------------- engine
+
+def _json_default(o):
+    if hasattr(o, "tolist"):  # numpy arrays and scalars
+        return o.tolist()
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+def _json_dumps(o) -> str:
+    return json.dumps(o, default=_json_default)
+
+
+def make_engine(path: str | os.PathLike, echo: bool = False):
+    """Engine with the WAL + BEGIN IMMEDIATE recipe. Call it in the process that uses it."""
+    p = Path(path).expanduser().resolve()
+    engine = create_engine(f"sqlite+pysqlite:///{p}", echo=echo, json_serializer=_json_dumps,
+                           connect_args={"timeout": 30.0, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        dbapi_conn.isolation_level = None  # pysqlite must not emit its own BEGIN
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+# ---------------------------------------------------------------- helpers
+
+def _f(v) -> float | None:
+    """Float for an objective column: NaN / non-numbers -> NULL."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def _eval_dict(evaluation) -> dict:
+    if evaluation is None:
+        raise ArchiveError("evaluation is None")
+    if isinstance(evaluation, Mapping):
+        return dict(evaluation)
+    if hasattr(evaluation, "to_dict"):
+        return evaluation.to_dict()
+    return dict(vars(evaluation))
+
+
+def _program_fields(program) -> dict:
+    """Columns describing a program: from an evolve.program.Program or raw source."""
+    if isinstance(program, str):
+        from evolve.program import ProgramError, parse_program
+        try:
+            program = parse_program(program)
+        except ProgramError as e:
+            return {"source": program, "canonical_hash": None, "complexity": None, "n_ops": None,
+                    "n_cond": None, "n_consts": None, "components": [], "_parse_error": str(e)}
+    cx = program.complexity
+    comps = program.components_used() if hasattr(program, "components_used") else list(program.params)
+    return {"source": program.source, "canonical_hash": program.hash or None, "complexity": int(cx.total),
+            "n_ops": int(cx.operations), "n_cond": int(cx.conditionals), "n_consts": int(cx.constants),
+            "components": list(comps)}
+
+
+def _program_record(p: ProgramRow) -> dict:
+    return {"id": p.id, "run_id": p.run_id, "source": p.source, "canonical_hash": p.canonical_hash,
+            "parent_ids": list(p.parent_ids or []), "operator": p.operator, "llm_model": p.llm_model,
+            "generation": p.generation, "complexity": p.complexity, "n_ops": p.n_ops, "n_cond": p.n_cond,
+            "n_consts": p.n_consts, "components": list(p.components or []), "valid": bool(p.valid),
+            "reject_reason": p.reject_reason, "created_at": p.created_at}
+
+
+def _evaluation_record(e: EvaluationRow, full: bool = True) -> dict:
+    d = {"id": e.id, "program_id": e.program_id, "valid": bool(e.valid), "error": e.error,
+         "objectives": dict(e.objectives or {}), "stage": e.stage, "seconds": e.seconds,
+         "sim_steps": e.sim_steps, "created_at": e.created_at}
+    if full:
+        d.update(rows=list(e.rows or []), steps=dict(e.steps or {}), constants=dict(e.constants or {}),
+                 overheads=dict(e.overheads or {}))
+    return d
+
+
+def _run_record(r: Run) -> dict:
+    return {"id": r.id, "created_at": r.created_at, "finished_at": r.finished_at, "config": r.config,
+            "seed": r.seed, "data_fingerprint": r.data_fingerprint, "status": r.status, "budget": r.budget,
+            "n_evaluated": r.n_evaluated}
+
+
+def _full_record(p: ProgramRow, e: EvaluationRow | None, full: bool = True) -> dict:
+    d = _program_record(p)
+    d["evaluation"] = _evaluation_record(e, full) if e is not None else None
+    d["objectives"] = dict(e.objectives or {}) if e is not None else {}
+    return d
+
+
+def to_evaluation(record: Mapping):
+    """An evaluator.evaluate.Evaluation rebuilt from an archive evaluation dict."""
+    from evaluator.evaluate import Evaluation
+    ev = record.get("evaluation", record) if "evaluation" in record else record
+    return Evaluation(valid=bool(ev["valid"]), error=ev.get("error"), constants=ev.get("constants", {}),
+                      overheads=ev.get("overheads", {}), rows=ev.get("rows", []), steps=ev.get("steps", {}),
+                      objectives=ev.get("objectives", {}), sim_steps=ev.get("sim_steps", 0),
+                      seconds=ev.get("seconds", 0.0))
+
+
+# ---------------------------------------------------------------- the archive
+
+class Archive:
+    """All persistent state of StepEvolve. Safe to use from several processes at once."""
+
+    def __init__(self, path: str | os.PathLike = "archive.db", echo: bool = False):
+        self.path = Path(path).expanduser().resolve()
+        self.echo = echo
+        self._engine = None
+        self._reader = None
+        self._pid = None
+        self._ensure_schema()
+
+    # ------------------------------------------------------------ engine / sessions
+    @property
+    def engine(self):
+        if self._engine is None or self._pid != os.getpid():
+            if self._engine is not None:
+                self._engine.dispose(close=False)  # inherited across fork: drop, never close parent's
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._engine = make_engine(self.path, self.echo)
+            self._reader = self._engine.execution_options(sqlite_begin="DEFERRED")
+            self._pid = os.getpid()
+        return self._engine
+
+    def _write(self) -> Session:
+        """Session for a write transaction: BEGIN IMMEDIATE. Use as `with self._write() as s, s.begin():`."""
+        return Session(self.engine, expire_on_commit=False)
+
+    def _read(self) -> Session:
+        self.engine  # noqa: B018 - ensures the reader exists in this process
+        return Session(self._reader, expire_on_commit=False)
+
+    def _ensure_schema(self) -> None:
+        with self.engine.begin() as conn:  # BEGIN IMMEDIATE: concurrent creators serialise
+            Base.metadata.create_all(conn)
+            conn.exec_driver_sql(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        if self._engine is not None and self._pid == os.getpid():
+            self._engine.dispose()
+        self._engine = self._reader = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __getstate__(self):  # picklable: the child process builds its own engine
+        return {"path": self.path, "echo": self.echo}
+
+    def __setstate__(self, state):
+        self.path, self.echo = state["path"], state["echo"]
+        self._engine = self._reader = self._pid = None
+
+    def journal_mode(self) -> str:
+        with self.engine.connect() as c:
+            return c.exec_driver_sql("PRAGMA journal_mode").scalar()
+
+    # ------------------------------------------------------------ runs
+    def start_run(self, config: Mapping | None, seed: int, data_fingerprint: str | None = None,
+                  budget: int | None = None, run_id: str | None = None) -> str:
+        config = dict(config or {})
+        if run_id is None:
+            h = hashlib.sha256((_json_dumps(config) + str(data_fingerprint) + str(time.time_ns())
+                                + os.urandom(8).hex()).encode()).hexdigest()[:8]
+            run_id = f"run-{seed}-{h}"
+        with self._write() as s, s.begin():
+            s.add(Run(id=run_id, created_at=time.time(), config=config, seed=int(seed),
+                      data_fingerprint=data_fingerprint, status="running", budget=budget, n_evaluated=0))
+        return run_id
+
+    def get_run(self, run_id: str) -> dict | None:
+        with self._read() as s, s.begin():
+            r = s.get(Run, run_id)
+            return _run_record(r) if r is not None else None
+
+    def runs(self) -> list[dict]:
+        with self._read() as s, s.begin():
+            return [_run_record(r) for r in s.scalars(select(Run).order_by(Run.created_at))]
+
+    def set_run_status(self, run_id: str, status: str) -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {RUN_STATUSES}")
+        with self._write() as s, s.begin():
+            n = s.execute(update(Run).where(Run.id == run_id).values(
+                status=status, finished_at=None if status == "running" else time.time())).rowcount
+            if n != 1:
+                raise ArchiveError(f"no run {run_id!r}")
+
+    def finish_run(self, run_id: str, status: str = "finished") -> None:
+        self.set_run_status(run_id, status)
+
+    def bump_evaluated(self, run_id: str, n: int = 1) -> int:
+        """Read-modify-write of runs.n_evaluated in one BEGIN IMMEDIATE transaction; the new value."""
+        with self._write() as s, s.begin():
+            return self._bump(s, run_id, n)
+
+    @staticmethod
+    def _bump(s: Session, run_id: str, n: int) -> int:
+        cur = s.scalar(select(Run.n_evaluated).where(Run.id == run_id))
+        if cur is None:
+            raise ArchiveError(f"no run {run_id!r}")
+        s.execute(update(Run).where(Run.id == run_id).values(n_evaluated=cur + n))
+        return cur + n
+
+    # ------------------------------------------------------------ programs
+    def _new_program(self, s: Session, run_id: str, program, parents, operator: str, generation: int,
+                     llm_model: str | None, valid: bool, reject_reason: str | None,
+                     pending: dict[str, int] | None = None) -> ProgramRow:
+        f = _program_fields(program)
+        parse_error = f.pop("_parse_error", None)
+        if parse_error is not None:
+            valid, reject_reason = False, reject_reason or parse_error
+        if valid and f["canonical_hash"] is not None:
+            dup = (pending or {}).get(f["canonical_hash"]) or self._find(s, run_id, f["canonical_hash"])
+            if dup is not None:
+                valid, reject_reason = False, f"duplicate of {dup}"
+        if not valid and reject_reason is None:
+            reject_reason = "rejected"
+        row = ProgramRow(run_id=run_id, parent_ids=[int(p) for p in (parents or [])], operator=str(operator),
+                         llm_model=llm_model, generation=int(generation), valid=bool(valid),
+                         reject_reason=None if valid else reject_reason, created_at=time.time(), **f)
+        s.add(row)
+        s.flush()
+        if pending is not None and row.valid and row.canonical_hash:
+            pending[row.canonical_hash] = row.id
+        return row
+
+    @staticmethod
+    def _find(s: Session, run_id: str, h: str) -> int | None:
+        return s.scalar(select(ProgramRow.id).where(ProgramRow.run_id == run_id, ProgramRow.canonical_hash == h,
+                                                    ProgramRow.valid.is_(True)).order_by(ProgramRow.id).limit(1))
+
+    def add_program(self, run_id: str, program, parents: Sequence[int] = (), operator: str = "seed",
+                    generation: int = 0, llm_model: str | None = None, valid: bool = True,
+                    reject_reason: str | None = None) -> int:
+        """Store a program (Program or source). Unparseable source and duplicates become
+        rejected rows (see module doc). Returns the new row id."""
+        with self._write() as s, s.begin():
+            return self._new_program(s, run_id, program, parents, operator, generation, llm_model, valid,
+                                     reject_reason).id
+
+    def add_candidate(self, run_id: str, program, parents: Sequence[int] = (), operator: str = "llm",
+                      generation: int = 0, evaluation=None, stage: str = "full", llm_model: str | None = None,
+                      valid: bool = True, reject_reason: str | None = None, count: bool = True,
+                      llm_cache_key: str | None = None) -> int:
+        """Program + its evaluation (+ n_evaluated += 1 if count, + link of the LLM call) in ONE
+        transaction: either all of it is stored or none. A duplicate or rejected program is
+        stored without its evaluation and is not counted. Returns the program id."""
+        with self._write() as s, s.begin():
+            row = self._new_program(s, run_id, program, parents, operator, generation, llm_model, valid,
+                                    reject_reason)
+            if evaluation is not None and row.valid:
+                self._put_evaluation(s, row.id, evaluation, stage)
+                if count:
+                    self._bump(s, run_id, 1)
+            if llm_cache_key:
+                s.execute(update(LLMCall).where(LLMCall.cache_key == llm_cache_key)
+                          .values(program_id=row.id, run_id=run_id))
+            return row.id
+
+    def add_programs_bulk(self, run_id: str, items: Iterable, count: bool = False) -> list[int]:
+        """Many programs (e.g. the seeds) in one transaction. An item is a Program, a source
+        string, or a dict with key `program` (or `source`) and optional parents, operator
+        (default "seed"), generation, llm_model, valid, reject_reason, evaluation, stage."""
+        ids: list[int] = []
+        pending: dict[str, int] = {}
+        with self._write() as s, s.begin():
+            n_eval = 0
+            for it in items:
+                d = dict(it) if isinstance(it, Mapping) else {"program": it}
+                prog = d.get("program", d.get("source"))
+                row = self._new_program(s, run_id, prog, d.get("parents", ()), d.get("operator", "seed"),
+                                        d.get("generation", 0), d.get("llm_model"), d.get("valid", True),
+                                        d.get("reject_reason"), pending)
+                if d.get("evaluation") is not None and row.valid:
+                    self._put_evaluation(s, row.id, d["evaluation"], d.get("stage", "full"), flush=False)
+                    n_eval += 1
+                ids.append(row.id)
+            s.flush()
+            if count and n_eval:
+                self._bump(s, run_id, n_eval)
+        return ids
+
+    def find_by_hash(self, run_id: str, canonical_hash: str) -> int | None:
+        """Id of the accepted program with this canonical hash in the run, or None."""
+        with self._read() as s, s.begin():
+            return self._find(s, run_id, canonical_hash)
+
+    # ------------------------------------------------------------ evaluations
+    def _put_evaluation(self, s: Session, program_id: int, evaluation, stage: str, flush: bool = True) -> None:
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}")
+        d = _eval_dict(evaluation)
+        obj = dict(d.get("objectives") or {})
+        if "complexity" not in obj:
+            c = s.scalar(select(ProgramRow.complexity).where(ProgramRow.id == program_id))
+            if c is not None:
+                obj["complexity"] = float(c)
+        vals = dict(valid=bool(d.get("valid")), error=d.get("error"), objectives=obj,
+                    rows=list(d.get("rows") or []), steps=dict(d.get("steps") or {}),
+                    constants=dict(d.get("constants") or {}), overheads=dict(d.get("overheads") or {}),
+                    sim_steps=int(d.get("sim_steps") or 0), seconds=float(d.get("seconds") or 0.0), stage=stage,
+                    created_at=time.time(), **{k: _f(obj.get(k)) for k in OBJECTIVE_COLUMNS})
+        existing = s.scalar(select(EvaluationRow).where(EvaluationRow.program_id == program_id))
+        if existing is None:
+            s.add(EvaluationRow(program_id=program_id, **vals))
+        else:
+            for k, v in vals.items():
+                setattr(existing, k, v)
+        if flush:
+            s.flush()
+
+    def add_evaluation(self, program_id: int, evaluation, stage: str = "full") -> None:
+        """Store (or replace: one evaluation per program) the evaluation of a program."""
+        with self._write() as s, s.begin():
+            if s.get(ProgramRow, program_id) is None:
+                raise ArchiveError(f"no program {program_id}")
+            self._put_evaluation(s, program_id, evaluation, stage)
+
+    def evaluated(self, run_id: str, stage: str | None = None) -> list[tuple[int, dict]]:
+        """(program id, objectives) of every accepted, evaluated program of the run, in
+        evaluation order (valid and invalid evaluations both) — for resuming a run."""
+        q = (select(ProgramRow.id, EvaluationRow.objectives).join(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
+             .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True)).order_by(EvaluationRow.id))
+        if stage is not None:
+            q = q.where(EvaluationRow.stage == stage)
+        with self._read() as s, s.begin():
+            return [(pid, dict(obj or {})) for pid, obj in s.execute(q)]
+
+    def evaluations(self, run_id: str | None = None, stage: str | None = "full",
+                    valid_only: bool = False) -> list[dict]:
+        """Light records (program columns + objectives, no rows/source) in evaluation order."""
+        q = (select(ProgramRow, EvaluationRow).join(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
+             .where(ProgramRow.valid.is_(True)).order_by(EvaluationRow.id))
+        if run_id is not None:
+            q = q.where(ProgramRow.run_id == run_id)
+        if stage is not None:
+            q = q.where(EvaluationRow.stage == stage)
+        if valid_only:
+            q = q.where(EvaluationRow.valid.is_(True))
+        out = []
+        with self._read() as s, s.begin():
+            for p, e in s.execute(q):
+                d = _program_record(p)
+                d.pop("source")
+                d["objectives"] = dict(e.objectives or {})
+                d["eval_valid"] = bool(e.valid)
+                d["eval_error"] = e.error
+                d["stage"] = e.stage
+                d["evaluation_id"] = e.id
+                d["eval_created_at"] = e.created_at
+                out.append(d)
+        return out
+
+    def best(self, run_id: str | None = None, objective: str = "e2e_mean", stage: str = "full") -> dict | None:
+        """The accepted program with the lowest finite `objective` (full record) or None."""
+        if objective not in OBJECTIVE_COLUMNS:
+            raise ValueError(f"unknown objective {objective!r}")
+        col = getattr(EvaluationRow, objective)
+        q = (select(ProgramRow.id).join(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
+             .where(ProgramRow.valid.is_(True), EvaluationRow.valid.is_(True), EvaluationRow.stage == stage,
+                    col.is_not(None), col < float("inf")).order_by(col, ProgramRow.complexity, ProgramRow.id).limit(1))
+        if run_id is not None:
+            q = q.where(ProgramRow.run_id == run_id)
+        with self._read() as s, s.begin():
+            pid = s.scalar(q)
+        return self.program(pid) if pid is not None else None
+
+    # ------------------------------------------------------------ records
+    def program(self, program_id: int) -> dict | None:
+        """Program columns + "evaluation" (full dict or None) + "objectives"."""
+        with self._read() as s, s.begin():
+            p = s.get(ProgramRow, int(program_id))
+            if p is None:
+                return None
+            e = s.scalar(select(EvaluationRow).where(EvaluationRow.program_id == p.id))
+            return _full_record(p, e)
+
+    def programs(self, run_id: str, include_rejected: bool = False) -> list[dict]:
+        q = select(ProgramRow).where(ProgramRow.run_id == run_id).order_by(ProgramRow.id)
+        if not include_rejected:
+            q = q.where(ProgramRow.valid.is_(True))
+        with self._read() as s, s.begin():
+            return [_program_record(p) for p in s.scalars(q)]
+
+    def _records(self, s: Session, ids: Iterable[int], full: bool = True) -> list[dict]:
+        ids = list(dict.fromkeys(int(i) for i in ids))
+        if not ids:
+            return []
+        q = (select(ProgramRow, EvaluationRow).outerjoin(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
+             .where(ProgramRow.id.in_(ids)))
+        return [_full_record(p, e, full) for p, e in s.execute(q)]
+
+    def lineage(self, program_id: int, max_depth: int = 100) -> list[dict]:
+        """The program and its ancestors (breadth first over parent_ids), each with "depth"
+        (0 = the program itself); evaluation rows are left out."""
+        out: list[dict] = []
+        seen: set[int] = set()
+        frontier_ids = [int(program_id)]
+        with self._read() as s, s.begin():
+            for depth in range(max_depth + 1):
+                frontier_ids = [i for i in frontier_ids if i not in seen]
+                if not frontier_ids:
+                    break
+                seen.update(frontier_ids)
+                recs = {r["id"]: r for r in self._records(s, frontier_ids, full=False)}
+                nxt = []
+                for i in frontier_ids:
+                    if i in recs:
+                        r = recs[i]
+                        r["depth"] = depth
+                        out.append(r)
+                        nxt.extend(r["parent_ids"])
+                frontier_ids = nxt
+        return out
+
+    # ------------------------------------------------------------ frontier / cells
+    def set_frontier(self, run_id: str, ids: Iterable[int]) -> None:
+        ids = list(dict.fromkeys(int(i) for i in ids))
+        with self._write() as s, s.begin():
+            s.execute(delete(FrontierMember).where(FrontierMember.run_id == run_id))
+            if ids:
+                s.execute(sqlite_insert(FrontierMember), [{"run_id": run_id, "program_id": i} for i in ids])
+
+    def frontier_ids(self, run_id: str) -> list[int]:
+        with self._read() as s, s.begin():
+            return list(s.scalars(select(FrontierMember.program_id).where(FrontierMember.run_id == run_id)
+                                  .order_by(FrontierMember.program_id)))
+
+    def frontier(self, run_id: str | None = None, stage: str = "full", computed: bool = False) -> list[dict]:
+        """Frontier records (program + evaluation), sorted by complexity then e2e_mean.
+
+        run given: the stored membership (set_frontier) unless computed=True or none is
+        stored; otherwise the Pareto front of valid `stage` evaluations of accepted programs
+        (of the run, or of all runs when run_id is None), computed on the fly."""
+        with self._read() as s, s.begin():
+            ids: list[int] = []
+            if run_id is not None and not computed:
+                ids = list(s.scalars(select(FrontierMember.program_id).where(FrontierMember.run_id == run_id)))
+            if not ids:
+                ids = self._computed_front(s, run_id, stage)
+            recs = self._records(s, ids)
+        return sorted(recs, key=_sort_key)
+
+    def _computed_front(self, s: Session, run_id: str | None, stage: str) -> list[int]:
+        from evolve.pareto import objective_vector, pareto_front
+        q = (select(ProgramRow.id, EvaluationRow.objectives).join(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
+             .where(ProgramRow.valid.is_(True), EvaluationRow.valid.is_(True)))
+        if stage is not None:
+            q = q.where(EvaluationRow.stage == stage)
+        if run_id is not None:
+            q = q.where(ProgramRow.run_id == run_id)
+        items = [(pid, objective_vector(obj)) for pid, obj in s.execute(q)]
+        return [pid for pid, _ in pareto_front(items, key=lambda it: it[1])]
+
+    def set_cells(self, run_id: str, cells: Mapping[str, int]) -> None:
+        with self._write() as s, s.begin():
+            s.execute(delete(Cell).where(Cell.run_id == run_id))
+            if cells:
+                s.execute(sqlite_insert(Cell), [{"run_id": run_id, "cell_key": k, "program_id": int(v)}
+                                                for k, v in cells.items()])
+
+    def cells(self, run_id: str, records: bool = False) -> dict[str, Any]:
+        """{cell_key: program id} (or full records when records=True)."""
+        with self._read() as s, s.begin():
+            m = {k: pid for k, pid in s.execute(select(Cell.cell_key, Cell.program_id).where(Cell.run_id == run_id))}
+            if not records:
+                return m
+            recs = {r["id"]: r for r in self._records(s, m.values())}
+            return {k: recs[pid] for k, pid in m.items() if pid in recs}
+
+    # ------------------------------------------------------------ LLM call cache
+    def get(self, key: str) -> dict | None:
+        """Cache lookup: the record given to put(key, ...) or None."""
+        with self._read() as s, s.begin():
+            rec = s.scalar(select(LLMCall.record).where(LLMCall.cache_key == key))
+            return dict(rec) if rec is not None else None
+
+    def put(self, key: str, record: Mapping, run_id: str | None = None, program_id: int | None = None) -> None:
+        """Store (or replace) an LLM call under its cache key."""
+        record = dict(record)
+        prompt = record.get("prompt", record.get("messages"))
+        vals = {"model": record.get("model"), "prompt": prompt,
+                "reply": record.get("reply_text", record.get("reply")),
+                "prompt_tokens": record.get("prompt_tokens"), "completion_tokens": record.get("completion_tokens"),
+                "cost_usd": _f(record.get("cost_usd")), "latency_s": _f(record.get("latency_s")),
+                "record": record}
+        ins = sqlite_insert(LLMCall).values(cache_key=key, created_at=time.time(), run_id=run_id,
+                                            program_id=program_id, **vals)
+        upd = dict(vals)
+        if run_id is not None:
+            upd["run_id"] = run_id
+        if program_id is not None:
+            upd["program_id"] = program_id
+        with self._write() as s, s.begin():
+            s.execute(ins.on_conflict_do_update(index_elements=["cache_key"], set_=upd))
+
+    def llm_cache(self, run_id: str | None = None) -> "LLMCache":
+        """A get/put cache object whose puts are attributed to run_id."""
+        return LLMCache(self, run_id)
+
+    def link_llm_call(self, key: str, program_id: int) -> None:
+        with self._write() as s, s.begin():
+            s.execute(update(LLMCall).where(LLMCall.cache_key == key).values(program_id=int(program_id)))
+
+    def llm_stats(self, run_id: str | None = None) -> dict:
+        from sqlalchemy import func
+        q = select(func.count(LLMCall.id), func.sum(LLMCall.prompt_tokens), func.sum(LLMCall.completion_tokens),
+                   func.sum(LLMCall.cost_usd), func.sum(LLMCall.latency_s))
+        if run_id is not None:
+            q = q.where(LLMCall.run_id == run_id)
+        with self._read() as s, s.begin():
+            n, pt, ct, cost, lat = s.execute(q).one()
+        return {"calls": n or 0, "prompt_tokens": pt or 0, "completion_tokens": ct or 0,
+                "cost_usd": cost or 0.0, "latency_s": lat or 0.0}
+
+
+class LLMCache:
+    """Cache view of an Archive bound to a run (interface of evolve.llm.DictCache)."""
+
+    def __init__(self, archive: Archive, run_id: str | None = None):
+        self.archive = archive
+        self.run_id = run_id
+
+    def get(self, key: str) -> dict | None:
+        return self.archive.get(key)
+
+    def put(self, key: str, record: Mapping) -> None:
+        self.archive.put(key, record, run_id=self.run_id)
+
+
+def _sort_key(r: dict):
+    obj = r.get("objectives") or {}
+    e = obj.get("e2e_mean")
+    e = e if isinstance(e, (int, float)) and math.isfinite(e) else math.inf
+    return (r.get("complexity") if r.get("complexity") is not None else 10**9, e, r["id"])

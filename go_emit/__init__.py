@@ -1,0 +1,1 @@
+"""Go emission: any validated program becomes a BLIS LatencyModel."""

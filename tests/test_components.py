@@ -1,0 +1,61 @@
+"""Analytical components against hand-computed values (Llama-2-7B TP1, Mixtral-8x7B TP2)."""
+import numpy as np
+import pytest
+
+from evaluator.components import COMPONENT_INDEX as CI, batch_aggregates, fill_components, model_vector
+from evaluator.data import DEFAULT_HW
+
+LLAMA7B = dict(layers=32, hidden=4096, n_heads=32, n_kv_heads=32, ffn=11008, n_experts=0, top_k=0, vocab=32000)
+MIXTRAL = dict(layers=32, hidden=4096, n_heads=32, n_kv_heads=8, ffn=14336, n_experts=8, top_k=2, vocab=32000)
+
+
+def comps(arch, tp, P, D, n_p, n_d, B, K):
+    out = np.zeros(len(CI))
+    fill_components(model_vector(arch, tp, DEFAULT_HW), P, D, n_p, n_d, B, K, out)
+    return {k: out[i] for k, i in CI.items()}
+
+
+def test_llama7b_by_hand():
+    c = comps(LLAMA7B, 1, 512.0, 64.0, 2.0, 64.0, 66.0, 40000.0)
+    attn = 4 * 4096 * 4096  # q, k, v, o with nq = nkv
+    mlp = 3 * 4096 * 11008
+    per_tok = 32 * (attn + mlp)  # 6.48e9 params in the layers
+    flops = 989.5e12
+    assert c["t_prefill_gemm"] == pytest.approx(2 * 512 * per_tok / flops * 1e6)
+    assert c["t_decode_gemm"] == pytest.approx(2 * 64 * per_tok / flops * 1e6)
+    # causal attention of 2 chunks of 256 tokens: 4 * L * h * P * (P / n) / 2
+    assert c["t_prefill_attn"] == pytest.approx(4 * 32 * 4096 * 512 * 256 / 2 / flops * 1e6)
+    # KV read: K tokens * (K and V) * L * 4096 * 2 bytes
+    assert c["t_decode_kv"] == pytest.approx(40000 * 2 * 32 * 4096 * 2 / 3.35e12 * 1e6)
+    # weights: 2 bytes * (layers + embedding + lm head) ~ 13.5 GB -> ~4.0 ms at 3.35 TB/s
+    w = 2 * (per_tok + 2 * 32000 * 4096)
+    assert c["t_weights"] == pytest.approx(w / 3.35e12 * 1e6)
+    assert 3900 < c["t_weights"] < 4100
+    assert c["t_allreduce"] == 0.0  # TP1
+    assert c["t_lm_head"] == pytest.approx(2 * (2 + 64) * 32000 * 4096 / flops * 1e6)
+    assert (c["P"], c["D"], c["B"], c["K"], c["layers"], c["tp"]) == (512, 64, 66, 40000, 32, 1)
+
+
+def test_mixtral_moe_and_tp():
+    c = comps(MIXTRAL, 2, 0.0, 1.0, 0.0, 1.0, 1.0, 1000.0)
+    hd = 128
+    attn = 4096 * 4096 + 2 * 4096 * 8 * hd + 4096 * 4096
+    mlp = 3 * 4096 * 14336
+    # one decode token hits top-2 of 8 experts: expected distinct experts = 8 * (1 - 0.75) = 2
+    w = 2 * (32 * (attn + 2 * mlp) + 2 * 32000 * 4096) / 2
+    assert c["t_weights"] == pytest.approx(w / 3.35e12 * 1e6)
+    assert c["t_decode_gemm"] == pytest.approx(2 * 32 * (attn + 2 * mlp) / 2 / 989.5e12 * 1e6)
+    # a full batch hits essentially all 8 experts: weights approach the full 93 GB / TP
+    big = comps(MIXTRAL, 2, 2048.0, 0.0, 4.0, 0.0, 4.0, 1000.0)
+    full = 2 * (32 * (attn + 8 * mlp) + 2 * 32000 * 4096) / 2 / 3.35e12 * 1e6
+    assert big["t_weights"] == pytest.approx(full, rel=1e-6)
+    # ring all-reduce: 2 per layer, (TP-1)/TP * 2 of the activation bytes over 450 GB/s
+    assert big["t_allreduce"] == pytest.approx(2 * 32 * 2048 * 4096 * 2 * 2 * 0.5 / 450e9 * 1e6)
+    assert c["t_prefill_gemm"] == 0.0 and c["t_prefill_attn"] == 0.0
+
+
+def test_batch_aggregates_rules():
+    # request A: prefill chunk of 100 at progress 0 (input 300); B: decode at progress 400 (input 350)
+    P, D, n_p, n_d, B, K = batch_aggregates([0, 400], [100, 1], [300, 350])
+    assert (P, D, n_p, n_d, B) == (100, 1, 1, 1, 2)
+    assert K == 112 + 416  # ceil(100/16)*16 + ceil(401/16)*16

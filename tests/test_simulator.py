@@ -1,0 +1,81 @@
+"""The numba simulator: conservation laws, scheduling limits, no recompilation per predictor."""
+import numpy as np
+import pytest
+
+from evaluator import simulator as S
+from evaluator.simulator import Workload, simulate
+from evolve.program import parse_program
+
+CONST = "C = 10000.0\ndef predict_step_time(P):\n    return C + 0 * P\n"
+
+
+def _wl(n, gap_us, prompt=100, gen=10, cached=0):
+    arr = np.arange(n, dtype=np.float64) * gap_us
+    return Workload(arr, np.full(n, prompt, np.int64), np.full(n, cached, np.int64),
+                    np.full(n, gen, np.int64), np.zeros(n, np.int64))
+
+
+MV = np.array([32, 4096, 32, 32, 128, 11008, 0, 0, 32000, 1, 989.5e12, 3.35e12, 450e9], float)
+
+
+def test_lone_request_timeline_is_exact():
+    p = parse_program(CONST)
+    r = simulate(p.compiled(), np.array([10000.0]), MV, _wl(1, 0, prompt=100, gen=10), 1000)
+    assert r.ok
+    # one step for the prefill (first token at its end), then 9 decode steps
+    assert r.ttft_us[0] == 10000.0
+    assert r.e2e_us[0] == 100000.0
+    assert r.n_steps == 10
+
+
+def test_chunked_prefill_respects_token_budget():
+    p = parse_program(CONST)
+    r = simulate(p.compiled(), np.array([10000.0]), MV, _wl(1, 0, prompt=5000, gen=2), 1000,
+                 max_tokens=2048, record=True)
+    assert r.ok
+    assert list(r.states[:, 0]) == [2048, 2048, 904, 0]  # P per step
+    assert r.ttft_us[0] == 30000.0
+
+
+def test_max_num_seqs_and_queueing():
+    p = parse_program(CONST)
+    r = simulate(p.compiled(), np.array([10000.0]), MV, _wl(300, 0, prompt=10, gen=50), 100000,
+                 max_seqs=128, record=True)
+    assert r.ok
+    assert r.states[:, 4].max() == 128
+    assert np.all(r.e2e_us > 0)
+    # requests beyond the first 128 had to wait for a slot
+    assert r.ttft_us[200] > r.ttft_us[0]
+
+
+def test_kv_exhaustion_preempts_and_still_finishes():
+    p = parse_program(CONST)
+    # 40 requests of 100+200 tokens need ~19 blocks each; 200 blocks force preemption
+    r = simulate(p.compiled(), np.array([10000.0]), MV, _wl(40, 0, prompt=100, gen=200), 200)
+    assert r.ok
+    assert r.n_preempted > 0
+    assert np.all(r.e2e_us >= r.ttft_us) and np.all(r.ttft_us > 0)
+
+
+def test_prefix_cache_skips_prefill_work():
+    p = parse_program("def predict_step_time(P):\n    return 1000 + P\n")
+    a = simulate(p.compiled(), np.zeros(0), MV, _wl(1, 0, prompt=1000, gen=1), 1000)
+    b = simulate(p.compiled(), np.zeros(0), MV, _wl(1, 0, prompt=1000, gen=1, cached=992), 1000)
+    assert a.ttft_us[0] == 2000.0 and b.ttft_us[0] == 1008.0
+
+
+def test_bad_prediction_is_reported_not_raised():
+    p = parse_program("def predict_step_time(P):\n    return 0.5 + 0 * P\n")
+    r = simulate(p.compiled(), np.zeros(0), MV, _wl(3, 10, prompt=10, gen=3), 1000)
+    assert r.status == S.BAD_PREDICTION
+    p = parse_program("def predict_step_time(P, D):\n    return log(D - 1)\n")
+    r = simulate(p.compiled(), np.zeros(0), MV, _wl(3, 10, prompt=10, gen=3), 1000)
+    assert r.status == S.BAD_PREDICTION
+
+
+def test_no_recompilation_for_new_predictors():
+    before = len(S._simulate.signatures)
+    for k in range(3):
+        p = parse_program(f"C = {k + 1}000.0\ndef predict_step_time(P, D):\n    return C + {k} * D + P\n")
+        assert simulate(p.compiled(), p.initial_constants, MV, _wl(5, 100), 1000).ok
+    assert len(S._simulate.signatures) == before == 1
