@@ -111,6 +111,139 @@ def cmd_evaluate(args) -> int:
     return 0 if res.valid else 1
 
 
+def _search_config(args, seed=None):
+    from evolve.search import RunConfig
+    return RunConfig(budget=args.budget, seed=args.seed if seed is None else seed, data=args.data,
+                     workers=args.workers, llm=getattr(args, "llm", None), llm_base=getattr(args, "llm_base", None),
+                     generation_size=args.generation_size, timeout_s=args.timeout,
+                     train_fraction=args.train_fraction, replay=getattr(args, "replay", None))
+
+
+def _run_one(cfg, archive, resume=None, quiet=False):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from evolve.search import Search
+    prog = Progress(TextColumn("[bold]{task.fields[run]}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("best E2E {task.fields[best]}  ITL {task.fields[itl]}  step {task.fields[step]}"
+                               "  frontier {task.fields[front]}"), TimeElapsedColumn(),
+                    disable=quiet, transient=False)
+    task = prog.add_task("run", total=cfg.budget, run="starting", best="-", itl="-", step="-", front=0)
+
+    def update(search):
+        run = archive.get_run(search.run_id)
+        fr = search.state.frontier
+        best = min(fr, key=lambda m: m.objectives["e2e_mean"], default=None)
+        o = best.objectives if best else {}
+        prog.update(task, completed=run["n_evaluated"], run=search.run_id, best=_pct(o.get("e2e_mean")),
+                    itl=_pct(o.get("itl_mean")),
+                    step=_pct(min((m.objectives.get("step_mape", math.inf) for m in fr), default=None)),
+                    front=len(fr))
+
+    search = Search(cfg, archive, progress=update)
+    with prog:
+        try:
+            if resume:
+                search.resume(resume)
+            else:
+                search.start()
+            out = search.loop()
+        finally:
+            search.close()
+    run = archive.get_run(search.run_id)
+    out["n_evaluated"] = run["n_evaluated"]
+    out["hypervolume"] = search.state.hv()
+    fr = search.state.frontier
+    best = min(fr, key=lambda m: m.objectives["e2e_mean"], default=None)
+    out["best"] = {"id": best.id, **best.objectives} if best else None
+    out["best_step_mape"] = min((m.objectives.get("step_mape", math.inf) for m in fr
+                                 if math.isfinite(m.objectives.get("step_mape", math.nan))), default=math.nan)
+    return out
+
+
+def cmd_run(args) -> int:
+    from evolve.archive import Archive
+    archive = Archive(args.archive)
+    cfg = _search_config(args)
+    if args.resume:
+        run = archive.get_run(args.resume)
+        if run is None:
+            sys.exit(f"error: no run {args.resume!r} in {args.archive}")
+        from evolve.search import RunConfig
+        cfg = RunConfig(**{**run["config"], "budget": args.budget, "workers": args.workers,
+                           "caps": tuple(run["config"]["caps"])})
+    try:
+        out = _run_one(cfg, archive, resume=args.resume)
+    except KeyboardInterrupt:
+        print("interrupted: the archive keeps every finished candidate; continue with --resume RUN")
+        return 130
+    con = Console()
+    con.print(f"run {out['run_id']}: {out['n_evaluated']} evaluations in {out['seconds']:.0f} s "
+              f"({out['n_evaluated'] / max(out['seconds'], 1e-9):.2f}/s), frontier {len(out['frontier'])}, "
+              f"hypervolume {out['hypervolume']:.3f}, killed {out['killed']}")
+    if out["best"]:
+        b = out["best"]
+        con.print(f"best program {b['id']}: E2E {_pct(b['e2e_mean'])} (worst {_pct(b['e2e_worst'])}), "
+                  f"TTFT {_pct(b['ttft_mean'])}, ITL {_pct(b['itl_mean'])}, step MAPE {_pct(b['step_mape'])}, "
+                  f"complexity {b['complexity']:.0f}")
+    return 0
+
+
+def cmd_pilot(args) -> int:
+    import numpy as np
+
+    from evolve.archive import Archive
+    archive = Archive(args.archive)
+    outs = []
+    for k in range(args.runs):
+        outs.append(_run_one(_search_config(args, seed=args.seed + k), archive))
+    t = Table(title=f"pilot: {args.runs} runs x budget {args.budget}, seeds {args.seed}..{args.seed + args.runs - 1}")
+    for c in ("metric", "median", "min", "max", *[o["run_id"] for o in outs]):
+        t.add_column(c, justify="right")
+    metrics = {
+        "best mean E2E error": [o["best"]["e2e_mean"] if o["best"] else math.nan for o in outs],
+        "best per-step MAPE": [o["best_step_mape"] for o in outs],
+        "frontier size": [float(len(o["frontier"])) for o in outs],
+        "hypervolume": [o["hypervolume"] for o in outs],
+        "seconds": [o["seconds"] for o in outs],
+    }
+    for name, vals in metrics.items():
+        a = np.array(vals, float)
+        fmt = _pct if "error" in name or "MAPE" in name else (lambda x: f"{x:.3g}")
+        t.add_row(name, fmt(float(np.nanmedian(a))), fmt(float(np.nanmin(a))), fmt(float(np.nanmax(a))),
+                  *[fmt(v) for v in vals])
+    Console(width=None if sys.stdout.isatty() else 200).print(t)
+    return 0
+
+
+def cmd_emit_go(args) -> int:
+    from evaluator.data import load
+    from evolve.archive import Archive
+    from evolve.program import parse_program
+    from go_emit.emit import GoEmitError, emit_go
+    rec = Archive(args.archive).program(args.program_id)
+    if rec is None:
+        sys.exit(f"error: no program {args.program_id} in {args.archive}")
+    ev = rec.get("evaluation") or {}
+    if not ev.get("valid") or not ev.get("constants"):
+        sys.exit(f"error: program {args.program_id} has no valid evaluation with fitted constants")
+    run = Archive(args.archive).get_run(rec["run_id"]) or {}
+    gt = load((run.get("config") or {}).get("data"))
+    vectors = {e.model: e.model_vec(gt.hardware) for e in gt.experiments}
+    consts = ev["constants"]
+    by_model = {m: consts.get(m, consts.get("*")) for m in vectors if m in consts or "*" in consts}
+    scores = {k: v for k, v in (ev.get("objectives") or {}).items()}
+    try:
+        code = emit_go(parse_program(rec["source"]), by_model, {m: vectors[m] for m in by_model},
+                       {m: ev.get("overheads", {}).get(m, {}) for m in by_model}, package=args.package,
+                       interface=args.interface, program_id=str(args.program_id), scores=scores,
+                       caps=(args.max_ops, args.max_cond, args.max_consts))
+    except GoEmitError as e:
+        sys.exit(f"error: {e}")
+    Path(args.output).write_text(code)
+    print(f"wrote {args.output}: program {args.program_id}, models {', '.join(sorted(by_model))}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evolve", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -120,6 +253,39 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ground-truth directory (layout of shared/data); default: the embedded table")
         sp.add_argument("--train-fraction", type=float, default=0.7,
                         help="time-ordered split inside each load stage (default 0.7)")
+
+    def run_opts(sp):
+        data_opts(sp)
+        sp.add_argument("--budget", type=int, default=2000, help="candidate evaluations (default 2000)")
+        sp.add_argument("--seed", type=int, default=0)
+        sp.add_argument("--archive", default="archive.db", metavar="PATH")
+        sp.add_argument("--workers", type=int, default=2, help="evaluation processes (default 2)")
+        sp.add_argument("--generation-size", type=int, default=8, help="candidates proposed per generation")
+        sp.add_argument("--timeout", type=float, default=60.0, help="wall-clock limit per candidate (s)")
+
+    r = sub.add_parser("run", help="evolve step-time programs (the main job)")
+    run_opts(r)
+    r.add_argument("--llm", metavar="MODEL", help="litellm model string; default: the offline operator")
+    r.add_argument("--llm-base", metavar="URL", help="API base URL (OpenAI-compatible servers, Ollama...)")
+    r.add_argument("--replay", metavar="RUN", help="replay cached LLM replies only (no network)")
+    r.add_argument("--resume", metavar="RUN", help="continue a killed or finished run")
+    r.set_defaults(func=cmd_run)
+
+    pl = sub.add_parser("pilot", help="K independent runs with seeds S..S+K-1 and their spread")
+    run_opts(pl)
+    pl.add_argument("--runs", type=int, default=3)
+    pl.set_defaults(func=cmd_pilot)
+
+    g = sub.add_parser("emit-go", help="write an archived program as a BLIS LatencyModel in Go")
+    g.add_argument("program_id", type=int)
+    g.add_argument("--archive", default="archive.db", metavar="PATH")
+    g.add_argument("-o", "--output", required=True, metavar="FILE.go")
+    g.add_argument("--package", default="latency")
+    g.add_argument("--interface", choices=("blis", "legacy5"), default="blis")
+    g.add_argument("--max-ops", type=int, default=30)
+    g.add_argument("--max-cond", type=int, default=3)
+    g.add_argument("--max-consts", type=int, default=10)
+    g.set_defaults(func=cmd_emit_go)
 
     b = sub.add_parser("baselines", help="fit and score the three baselines")
     data_opts(b)

@@ -190,11 +190,14 @@ def _blocks(func: ast.FunctionDef) -> list[list[ast.stmt]]:
 
 
 def _loaded_names(node: ast.AST) -> list[str]:
-    """Names read, in first-appearance order (deterministic), without duplicates."""
+    """Names read, without duplicates, in depth-first field order (deterministic)."""
     seen: dict[str, None] = {}
-    for n in ast.walk(node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             seen.setdefault(n.id, None)
+        stack.extend(reversed(list(ast.iter_child_nodes(n))))
     return list(seen)
 
 

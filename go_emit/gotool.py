@@ -181,12 +181,14 @@ def stub_sources(interface: str = "blis") -> dict[str, str]:
 
 
 def write_module(root: Path | str, latency_files: Mapping[str, str], interface: str = "blis",
-                 package_dir: str = "latency") -> Path:
-    """Write go.mod, the sim stub and `latency_files` (name -> source) under root/package_dir."""
+                 package_dir: str = "latency", stub_overrides: Mapping[str, str] | None = None) -> Path:
+    """Write go.mod, the sim stub and `latency_files` (name -> source) under root/package_dir.
+
+    stub_overrides: replace or add stub files (path relative to the module root -> source)."""
     root = Path(root)
     (root / package_dir).mkdir(parents=True, exist_ok=True)
     (root / "go.mod").write_text(f"module {MODULE_PATH}\n\ngo {GO_VERSION_DIRECTIVE}\n")
-    for rel, src in stub_sources(interface).items():
+    for rel, src in {**stub_sources(interface), **dict(stub_overrides or {})}.items():
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(src)
@@ -214,12 +216,13 @@ class GoCheckResult:
 
 
 def check_go_files(latency_files: Mapping[str, str], interface: str = "blis", *, workdir: Path | str | None = None,
-                   toolchain: GoToolchain | None = None, gofmt: bool = True, vet: bool = True) -> GoCheckResult:
+                   toolchain: GoToolchain | None = None, gofmt: bool = True, vet: bool = True,
+                   stub_overrides: Mapping[str, str] | None = None) -> GoCheckResult:
     """gofmt -l and go vet (which type-checks, i.e. compiles) the files in one module."""
     tc = toolchain or get_toolchain(required=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="stepevolve-go-check-", dir=workdir) as tmp:
-        root = write_module(tmp, latency_files, interface)
+        root = write_module(tmp, latency_files, interface, stub_overrides=stub_overrides)
         unformatted: list[str] = []
         diff = ""
         if gofmt:
@@ -279,13 +282,16 @@ class ParityReport:
     mismatches: list[dict] = field(default_factory=list)
     overhead_mismatches: list[dict] = field(default_factory=list)
     python_fallbacks: int = 0
+    gofmt_unformatted: list[str] = field(default_factory=list)
+    vet_output: str = ""
     go_seconds: float = 0.0
     go_values: dict[str, list[int | None]] = field(default_factory=dict)
     py_values: dict[str, list[int | None]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return not self.mismatches and not self.overhead_mismatches and self.n_compared > 0
+        return (not self.mismatches and not self.overhead_mismatches and self.n_compared > 0
+                and not self.gofmt_unformatted and not self.vet_output)
 
     def summary(self, limit: int = 10) -> str:
         head = (f"{self.n_programs} programs x {self.n_batches} batches: {self.n_compared} StepTime values compared, "
@@ -293,6 +299,10 @@ class ParityReport:
                 f"{len(self.overhead_mismatches)} overhead mismatches, {self.python_fallbacks} numba fallbacks, "
                 f"go test {self.go_seconds:.1f} s")
         lines = [head]
+        if self.gofmt_unformatted:
+            lines.append(f"  gofmt would change: {self.gofmt_unformatted}")
+        if self.vet_output:
+            lines.append(f"  go vet: {self.vet_output}")
         for mm in self.mismatches[:limit]:
             lines.append(f"  {mm}")
         for mm in self.overhead_mismatches[:limit]:
@@ -464,11 +474,12 @@ QUEUEING_INPUT_LENS = (0, 1, 17, 250, 1024, 4095)
 def parity_check_many(cases: Sequence[ParityCase], batches: Sequence[Batch], *, interface: str = "blis",
                       tol_us: float = 1.0, rel_tol: float = 1e-12, toolchain: GoToolchain | None = None,
                       workdir: Path | str | None = None, keep_dir: Path | str | None = None,
-                      emit_kwargs: Mapping[str, object] | None = None) -> ParityReport:
+                      emit_kwargs: Mapping[str, object] | None = None, static_checks: bool = True) -> ParityReport:
     """Emit every case into one Go package, run one `go test`, compare with Python.
 
     A StepTime value matches when |go - python| <= max(tol_us, rel_tol * |python|).
-    Overhead methods must match exactly. keep_dir: also copy the module there (debugging).
+    Overhead methods must match exactly. static_checks: also require `gofmt -l` and
+    `go vet` to be clean on the emitted files. keep_dir: also copy the module there.
     """
     if not cases:
         raise ValueError("no cases")
@@ -495,6 +506,15 @@ def parity_check_many(cases: Sequence[ParityCase], batches: Sequence[Batch], *, 
         spec_path.write_text(json.dumps(spec))
         if keep_dir:
             shutil.copytree(tmp, keep_dir, dirs_exist_ok=True)
+        unformatted, vet_output = [], ""
+        if static_checks:
+            if tc.gofmt is None:
+                raise GoToolchainError("gofmt not found next to the go binary")
+            emitted = [f"latency/{name}" for name in files if name != "parity_test.go"]
+            out = tc.run([tc.gofmt, "-l", *emitted], cwd=root, timeout=120)
+            unformatted = [ln for ln in out.stdout.splitlines() if ln.strip()]
+            out = tc.run([tc.go, "vet", "./..."], cwd=root)
+            vet_output = (out.stdout + out.stderr).strip() if out.returncode != 0 else ""
         res = tc.run([tc.go, "test", "-count=1", "-run", "TestStepTimeParity", "./latency/"], cwd=root,
                      extra_env={"STEPEVOLVE_PARITY_IN": str(spec_path), "STEPEVOLVE_PARITY_OUT": str(out_path)})
         if res.returncode != 0:
@@ -512,7 +532,8 @@ def parity_check_many(cases: Sequence[ParityCase], batches: Sequence[Batch], *, 
             go_oh[(int(parts[1]), int(parts[2]))] = [int(p) for p in parts[3:]]
 
     report = ParityReport(n_programs=len(cases), n_batches=len(batches), n_compared=0, max_abs_diff_us=0.0,
-                          go_seconds=go_seconds, go_values=go_vals)
+                          go_seconds=go_seconds, go_values=go_vals, gofmt_unformatted=unformatted,
+                          vet_output=vet_output)
     components_cache: dict = {}
     for i, c in enumerate(cases):
         py, fallbacks = python_step_times(c.program, c.constants_by_model, c.model_vectors, batches,

@@ -46,6 +46,7 @@ __all__ = [
     "go_identifier",
     "go_float",
     "format_expr",
+    "vet_safe_condition",
 ]
 
 
@@ -164,6 +165,84 @@ def format_expr(e: object) -> str:
     return _expr1(e, _LOWEST_PREC, 1)
 
 
+def _unparen(e: object) -> object:
+    while isinstance(e, GParen):
+        e = e.x
+    return e
+
+
+def _is_constant(e: object) -> bool:
+    """A Go constant as emitted here: a number literal, possibly negated."""
+    e = _unparen(e)
+    if isinstance(e, GUnary) and e.op in ("-", "+"):
+        e = _unparen(e.x)
+    return isinstance(e, GAtom) and e.text[:1].isdigit()
+
+
+def _has_call(e: object) -> bool:
+    if isinstance(e, GCall):
+        return True
+    if isinstance(e, (GParen, GUnary)):
+        return _has_call(e.x)
+    if isinstance(e, GBinary):
+        return _has_call(e.x) or _has_call(e.y)
+    return False
+
+
+def _chain(e: object, op: str) -> list:
+    inner = _unparen(e)
+    if isinstance(inner, GBinary) and inner.op == op:
+        return _chain(inner.x, op) + _chain(inner.y, op)
+    return [e]
+
+
+def vet_safe_condition(e: object) -> object:
+    """Rewrite a condition so `go vet` (bools analyzer) has nothing to report, same value.
+
+    In each &&/|| chain, between calls (vet treats calls as side effects): a repeated
+    operand is dropped (a || a == a), and a second `x != c` in an || chain (`x == c` in an
+    && chain) with a constant c becomes !(x == c) (resp. !(x != c)), identical in IEEE.
+    """
+    if isinstance(e, GParen):
+        return GParen(vet_safe_condition(e.x))
+    if isinstance(e, GUnary):
+        return GUnary(e.op, vet_safe_condition(e.x))
+    if isinstance(e, GCall):
+        return GCall(e.fun, tuple(vet_safe_condition(a) for a in e.args))
+    if not isinstance(e, GBinary):
+        return e
+    if e.op not in ("||", "&&"):
+        return GBinary(e.op, vet_safe_condition(e.x), vet_safe_condition(e.y))
+    bad, good = ("!=", "==") if e.op == "||" else ("==", "!=")
+    out: list = []
+    seen_text: set[str] = set()
+    seen_eq: dict[str, str] = {}
+    for leaf in (vet_safe_condition(x) for x in _chain(e, e.op)):
+        if _has_call(leaf):
+            out.append(leaf)
+            seen_text.clear()
+            seen_eq.clear()
+            continue
+        text = format_expr(leaf)
+        if text in seen_text:
+            continue
+        seen_text.add(text)
+        b = _unparen(leaf)
+        if isinstance(b, GBinary) and b.op == bad:
+            x = b.x if _is_constant(b.y) else b.y if _is_constant(b.x) else None
+            if x is not None:
+                xt = format_expr(x)
+                if xt in seen_eq and seen_eq[xt] != text:
+                    leaf = GUnary("!", GParen(GBinary(good, b.x, b.y)))
+                else:
+                    seen_eq.setdefault(xt, text)
+        out.append(leaf)
+    acc = out[0]
+    for leaf in out[1:]:
+        acc = _bin(e.op, acc, leaf)
+    return acc
+
+
 def _bin(op: str, x: object, y: object) -> GBinary:
     """Binary node with the parentheses the Python tree implies (no reassociation)."""
     prec = _PREC[op]
@@ -200,7 +279,7 @@ def _number(v: float) -> str:
     """Shortest exact decimal text of a positive finite float that Go reads as a float constant."""
     plain = repr(v)
     sci = np.format_float_scientific(v, unique=True, trim="-")
-    if "e" in sci and float(sci) == v and len(sci) < len(plain):
+    if (v >= 1e7 or v < 1e-4) and "e" in sci and float(sci) == v and len(sci) < len(plain):
         return sci
     return plain
 
@@ -345,8 +424,11 @@ class _Transpiler:
             raise TranspileError(f"line {node.lineno}: call {name!r} not supported")
         if isinstance(node, ast.IfExp):
             self.helpers.add("choose")
-            return GCall(f"{self.recv}.choose", (self.test(node.test), self.expr(node.body), self.expr(node.orelse)))
+            return GCall(f"{self.recv}.choose", (self.cond(node.test), self.expr(node.body), self.expr(node.orelse)))
         raise TranspileError(f"line {getattr(node, 'lineno', '?')}: expression {type(node).__name__} not supported")
+
+    def cond(self, node: ast.AST) -> object:
+        return vet_safe_condition(self.test(node))
 
     def test(self, node: ast.AST) -> object:
         if isinstance(node, ast.Compare):
@@ -419,13 +501,13 @@ class _Transpiler:
 
     def _if(self, st: ast.If, level: int, declared: set[str]) -> list[str]:
         ind = "\t" * level
-        lines = [f"{ind}if {format_expr(self.test(st.test))} {{"]
+        lines = [f"{ind}if {format_expr(self.cond(st.test))} {{"]
         while True:
             lines += self.block(st.body, level + 1, declared, top=False)
             orelse = [s for s in st.orelse if not self._is_doc(s)]
             if len(orelse) == 1 and isinstance(orelse[0], ast.If) and len(st.orelse) == 1:
                 st = orelse[0]
-                lines.append(f"{ind}}} else if {format_expr(self.test(st.test))} {{")
+                lines.append(f"{ind}}} else if {format_expr(self.cond(st.test))} {{")
                 continue
             if st.orelse:
                 lines.append(f"{ind}}} else {{")

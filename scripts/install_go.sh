@@ -21,8 +21,13 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq >/dev/null
-$SUDO apt-get install -y -qq --no-install-recommends golang-go >/dev/null
+LOG="$(mktemp)"
+trap 'rm -f "$LOG"' EXIT
+if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends golang-go; } >"$LOG" 2>&1; then
+    cat "$LOG" >&2
+    echo "install_go.sh: apt-get failed" >&2
+    exit 1
+fi
 
 GO_BIN="$(command -v go 2>/dev/null || ls /usr/lib/go/bin/go /usr/lib/go-*/bin/go 2>/dev/null | head -n 1)"
 if [ -z "$GO_BIN" ]; then

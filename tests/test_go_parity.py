@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -298,7 +297,6 @@ def test_seeds_and_constructs_parity(vectors, batches):
     programs.update(construct_programs())
     for name, p in programs.items():
         assert p.complexity.within() is None, (name, p.complexity)
-    t0 = time.perf_counter()
     report = parity_check_many(_cases(programs, vectors), batches)
     assert report.ok, report.summary()
     assert report.n_compared == len(programs) * len(batches)
@@ -306,7 +304,6 @@ def test_seeds_and_constructs_parity(vectors, batches):
     # the clamping/NaN programs really reach the clamps
     clamp = report.go_values[[c for c in report.go_values if "Clamping" in c][0]]
     assert 1 in clamp and (1 << 53) in clamp
-    assert time.perf_counter() - t0 < 60
 
 
 def test_single_program_parity_legacy5(vectors, batches):
@@ -322,31 +319,50 @@ LEAVES = ("t_prefill_gemm", "t_prefill_attn", "t_decode_gemm", "t_decode_kv", "t
           "t_lm_head", "P", "D", "B", "K", "n_prefill", "n_decode", "layers", "tp")
 assert set(LEAVES) == set(COMPONENTS)
 
-_literals = st.sampled_from([0, 1, 2, 0.5, 1.5, 10.0, 100.0, 1e-3, 16, 4096.0])
+_LITERALS = [0, 1, 2, 0.5, 1.5, 10.0, 100.0, 1e-3, 16, 4096.0, 0.0]
 
 
-def _expr(names: list[str], depth: int):
-    leaf = st.one_of(st.sampled_from(names), _literals.map(repr))
-    if depth <= 0:
-        return leaf
-    sub = _expr(names, depth - 1)
-    binop = st.tuples(sub, st.sampled_from(["+", "-", "*", "/", "**"]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
-    unary = sub.map(lambda e: f"(-{e})")
-    call1 = st.tuples(st.sampled_from(["abs", "sqrt", "log", "exp", "math.sqrt"]), sub).map(lambda t: f"{t[0]}({t[1]})")
-    calln = st.tuples(st.sampled_from(["max", "min"]), st.lists(sub, min_size=2, max_size=3)).map(
-        lambda t: f"{t[0]}({', '.join(t[1])})")
-    powc = st.tuples(sub, sub).map(lambda t: f"pow({t[0]}, {t[1]})")
-    ifexp = st.tuples(sub, _test(names, depth - 1), sub).map(lambda t: f"({t[0]} if {t[1]} else {t[2]})")
-    return st.one_of(leaf, binop, unary, call1, calln, powc, ifexp)
+@st.composite
+def random_expr(draw, names: list[str], depth: int) -> str:
+    """An arithmetic expression over names; every whitelisted expression form can appear."""
+    kind = draw(st.integers(0, 9)) if depth > 0 else 0
+    if kind <= 1:
+        if draw(st.integers(0, 3)) == 0:
+            return repr(draw(st.sampled_from(_LITERALS)))
+        return draw(st.sampled_from(names))
+    sub = random_expr(names, depth - 1)
+    if kind <= 4:
+        op = draw(st.sampled_from(["+", "-", "*", "/", "**", "+", "*"]))
+        return f"({draw(sub)} {op} {draw(sub)})"
+    if kind == 5:
+        return f"{draw(st.sampled_from(['-', '+']))}{draw(sub)}"
+    if kind == 6:
+        fn = draw(st.sampled_from(["abs", "sqrt", "log", "exp", "math.sqrt", "math.log", "math.fabs", "math.exp"]))
+        return f"{fn}({draw(sub)})"
+    if kind == 7:
+        fn = draw(st.sampled_from(["max", "min"]))
+        args = [draw(sub) for _ in range(draw(st.integers(2, 3)))]
+        return f"{fn}({', '.join(args)})"
+    if kind == 8:
+        fn = draw(st.sampled_from(["pow", "math.pow"]))
+        return f"{fn}({draw(sub)}, {draw(sub)})"
+    return f"({draw(sub)} if {draw(random_test(names, depth - 1))} else {draw(sub)})"
 
 
-def _test(names: list[str], depth: int):
-    e = _expr(names, max(depth - 1, 0))
-    cmp = st.tuples(e, st.sampled_from(["<", "<=", ">", ">=", "==", "!="]), e).map(lambda t: f"{t[0]} {t[1]} {t[2]}")
-    chain = st.tuples(e, e, e).map(lambda t: f"{t[0]} < {t[1]} <= {t[2]}")
-    base = st.one_of(cmp, chain)
-    return st.one_of(base, st.tuples(base, st.sampled_from(["and", "or"]), base).map(lambda t: f"{t[0]} {t[1]} {t[2]}"),
-                     base.map(lambda t: f"not ({t})"))
+@st.composite
+def random_test(draw, names: list[str], depth: int) -> str:
+    """A condition: comparisons (also chained) combined with and/or/not."""
+    def cmp():
+        e = random_expr(names, max(depth, 1))
+        ops = draw(st.lists(st.sampled_from(["<", "<=", ">", ">=", "==", "!="]), min_size=1, max_size=2))
+        return draw(e) + "".join(f" {op} {draw(e)}" for op in ops)
+
+    kind = draw(st.integers(0, 3))
+    if kind <= 1:
+        return cmp()
+    if kind == 2:
+        return f"{cmp()} {draw(st.sampled_from(['and', 'or']))} {cmp()}"
+    return f"not ({cmp()})"
 
 
 @st.composite
@@ -356,25 +372,24 @@ def random_program(draw) -> str:
     consts = [f"C{i}" for i in range(n_consts)]
     values = [draw(st.sampled_from([0.5, 1.0, 2.0, 1000.0, 15000.0, -3.0])) for _ in consts]
     names = params + consts
-    lines = [f"{c} = {v!r}" for c, v in zip(consts, values)]
+    lines = ["import math"] + [f"{c} = {v!r}" for c, v in zip(consts, values)]
     lines.append(f"def predict_step_time({', '.join(params)}):")
-    body_names = list(names)
     if draw(st.booleans()):
-        lines.append(f"    a = {draw(_expr(body_names, 1))}")
-        body_names.append("a")
-    if draw(st.booleans()):
-        lines.append(f"    if {draw(_test(body_names, 1))}:")
-        lines.append(f"        b = {draw(_expr(body_names, 1))}")
+        lines.append(f"    a = {draw(random_expr(names, 2))}")
+        names = names + ["a"]
+    if draw(st.booleans()):  # a local assigned in every branch of an if/elif/else
+        lines.append(f"    if {draw(random_test(names, 1))}:")
+        lines.append(f"        b = {draw(random_expr(names, 1))}")
         if draw(st.booleans()):
-            lines.append(f"    elif {draw(_test(body_names, 1))}:")
-            lines.append(f"        b = {draw(_expr(body_names, 1))}")
+            lines.append(f"    elif {draw(random_test(names, 1))}:")
+            lines.append(f"        b = {draw(random_expr(names, 1))}")
         lines.append("    else:")
-        lines.append(f"        b = {draw(_expr(body_names, 1))}")
-        body_names.append("b")
+        lines.append(f"        b = {draw(random_expr(names, 1))}")
+        names = names + ["b"]
     if draw(st.booleans()):
-        lines.append(f"    if {draw(_test(body_names, 1))}:")
-        lines.append(f"        return {draw(_expr(body_names, 2))}")
-    lines.append(f"    return {draw(_expr(body_names, 2))}")
+        lines.append(f"    if {draw(random_test(names, 1))}:")
+        lines.append(f"        return {draw(random_expr(names, 2))}")
+    lines.append(f"    return {draw(random_expr(names, 3))}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,285 @@
+"""The evolution loop: MAP-Elites cells + NSGA-II parent selection + a Pareto frontier.
+
+Generations make runs reproducible whatever the number of workers: each generation's
+candidates are proposed from a seeded random generator and the archive state before it,
+evaluated in parallel, and integrated in proposal order. Cascade: every candidate is
+screened with the cheap fit (one simulation); only those that would enter the frontier or
+improve their MAP-Elites cell get the full fit (refinement on their own simulation).
+Every candidate is written to the archive in one transaction with its evaluation, so a
+killed run loses at most the generation in flight and `--resume` continues it.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+
+from evolve.archive import Archive
+from evolve.pareto import cell_key, hypervolume, objective_vector, pareto_front, select_nsga2
+from evolve.program import Program, ProgramError, parse_program
+from evolve.workers import Job, WorkerPool
+
+KINDS = ("improve", "simplify", "crossover")
+
+
+@dataclass
+class RunConfig:
+    budget: int = 2000
+    seed: int = 0
+    data: str | None = None
+    workers: int = 2
+    llm: str | None = None
+    llm_base: str | None = None
+    generation_size: int = 8
+    timeout_s: float = 60.0
+    train_fraction: float = 0.7
+    caps: tuple[int, int, int] = (30, 3, 10)
+    replay: str | None = None  # run id whose cached LLM replies are replayed
+    cascade: bool = True
+
+
+@dataclass
+class Member:
+    id: int
+    program: Program
+    objectives: dict
+    generation: int
+
+    @property
+    def vector(self):
+        return objective_vector(self.objectives)
+
+
+@dataclass
+class SearchState:
+    members: list[Member] = field(default_factory=list)
+    cells: dict[str, Member] = field(default_factory=dict)
+    frontier: list[Member] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)
+
+    def add(self, m: Member) -> tuple[bool, bool]:
+        """Integrate an evaluated member; returns (entered frontier, improved its cell)."""
+        if not self._valid(m):
+            return False, False
+        self.members.append(m)
+        key = cell_key(m.program)
+        cur = self.cells.get(key)
+        improved = cur is None or _scalar(m) < _scalar(cur)
+        if improved:
+            self.cells[key] = m
+        self.frontier = pareto_front(self.frontier + [m], key=lambda x: x.vector)
+        return any(x is m for x in self.frontier), improved
+
+    def would_enter(self, objectives: dict, program: Program) -> bool:
+        v = objective_vector(objectives)
+        if any(not math.isfinite(x) or x >= 1e9 for x in v[:4]):
+            return False
+        cur = self.cells.get(cell_key(program))
+        if cur is None or _scalar_obj(objectives) < _scalar(cur):
+            return True
+        return not any(_dominates(f.vector, v) for f in self.frontier)
+
+    @staticmethod
+    def _valid(m: Member) -> bool:
+        return bool(m.objectives) and math.isfinite(m.objectives.get("e2e_mean", math.inf))
+
+    def hv(self) -> float:
+        pts = [(m.objectives["complexity"], min(m.objectives["e2e_mean"], 1.0)) for m in self.frontier]
+        return hypervolume(pts, (60.0, 1.0)) if pts else 0.0
+
+
+def _dominates(a, b) -> bool:
+    return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+
+
+def _scalar_obj(o: dict) -> float:
+    """Cell elitism: mean E2E error, ties broken by ITL and TTFT error."""
+    f = lambda k: o.get(k, math.inf) if math.isfinite(o.get(k, math.inf)) else 1e9  # noqa: E731
+    return f("e2e_mean") + 0.25 * f("itl_mean") + 0.1 * f("ttft_mean")
+
+
+def _scalar(m: Member) -> float:
+    return _scalar_obj(m.objectives)
+
+
+class Search:
+    def __init__(self, cfg: RunConfig, archive: Archive, progress=None):
+        self.cfg = cfg
+        self.archive = archive
+        self.progress = progress
+        self.state = SearchState()
+        self.llm = None
+        if cfg.llm:
+            from evolve.llm import LLMMutator
+            self.llm = LLMMutator(cfg.llm, api_base=cfg.llm_base, cache=archive, replay_only=bool(cfg.replay))
+        from evolve.mutate import OfflineMutator
+        self.rng = random.Random(cfg.seed)
+        self.offline = OfflineMutator(caps=cfg.caps, rng=self.rng)
+
+    # -------------------------------------------------------------- entry points
+    def start(self) -> str:
+        from evaluator.data import load
+        from seeds import seed_sources
+        gt = load(self.cfg.data)
+        cfgd = asdict(self.cfg)
+        self.run_id = self.archive.start_run(cfgd, self.cfg.seed, gt.fingerprint(), self.cfg.budget)
+        self.generation = 0
+        seeds = [parse_program(s) for _, s in sorted(seed_sources().items())]
+        self._evaluate_batch([(p, [], "seed") for p in seeds], screen=False)
+        return self.run_id
+
+    def resume(self, run_id: str) -> str:
+        run = self.archive.get_run(run_id)
+        if run is None:
+            raise ValueError(f"no run {run_id!r} in the archive")
+        self.run_id = run_id
+        for pid, obj in self.archive.evaluated(run_id):
+            rec = self.archive.program(pid)
+            try:
+                prog = parse_program(rec["source"])
+            except ProgramError:
+                continue
+            self.state.add(Member(pid, prog, obj, rec["generation"]))
+        done = self.archive.get_run(run_id)["n_evaluated"]
+        self.generation = 1 + max((m.generation for m in self.state.members), default=0)
+        # deterministic continuation: reseed from (seed, evaluations so far)
+        self.rng.seed(self.cfg.seed * 1_000_003 + done)
+        self.archive.set_run_status(run_id, "running")
+        return run_id
+
+    def _pool(self) -> WorkerPool:
+        if getattr(self, "pool", None) is None:
+            self.pool = WorkerPool(self.cfg.data, self.cfg.train_fraction, self.cfg.workers, self.cfg.timeout_s)
+        return self.pool
+
+    def close(self) -> None:
+        if getattr(self, "pool", None) is not None:
+            self.pool.close()
+            self.pool = None
+
+    def loop(self) -> dict:
+        t0 = time.perf_counter()
+        pool = self._pool()
+        try:
+            while self.archive.get_run(self.run_id)["n_evaluated"] < self.cfg.budget:
+                left = self.cfg.budget - self.archive.get_run(self.run_id)["n_evaluated"]
+                self.generation += 1
+                batch = self._propose(min(self.cfg.generation_size, left))
+                if not batch:
+                    continue
+                self._evaluate_batch(batch, screen=self.cfg.cascade)
+            status = "finished"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            self.archive.finish_run(self.run_id, status if "status" in locals() else "interrupted")
+            self.close()
+        return {"run_id": self.run_id, "seconds": time.perf_counter() - t0,
+                "frontier": [m.id for m in self.state.frontier], "killed": pool.killed}
+
+    # -------------------------------------------------------------- proposal
+    def _parents(self, k: int) -> list[Member]:
+        pop = list(self.state.cells.values()) + self.state.frontier
+        uniq = {m.id: m for m in pop}
+        pop = sorted(uniq.values(), key=lambda m: m.id)
+        if not pop:
+            pop = sorted(self.state.members, key=lambda m: m.id)
+        chosen = select_nsga2(pop, min(len(pop), max(k, 2)), key=lambda m: m.vector)
+        chosen = sorted(chosen, key=lambda m: m.id)
+        return [self.rng.choice(chosen) for _ in range(k)] if chosen else []
+
+    def _propose(self, n: int) -> list[tuple]:
+        out = []
+        if self.llm is not None:
+            out = self._propose_llm(n)
+        while len(out) < n:
+            parents = self._parents(2)
+            if not parents:
+                break
+            kind = "crossover" if self.rng.random() < 0.2 and len(parents) > 1 else None
+            use = parents if kind == "crossover" else parents[:1]
+            src, op = self.offline.propose([m.program for m in use], kind=kind)
+            out.append((parse_program(src), [m.id for m in use], op))
+        return out
+
+    def _propose_llm(self, n: int) -> list[tuple]:
+        from evolve.llm import ParentInfo, ProposalRequest
+        reqs, parent_ids = [], []
+        for i in range(n):
+            kind = self.rng.choice(KINDS)
+            ps = self._parents(2 if kind == "crossover" else 1)
+            infos = [ParentInfo(m.program.source, _errors_table(self.archive, m.id), "", m.objectives) for m in ps]
+            reqs.append(ProposalRequest(kind, infos, self.cfg.caps, self.cfg.seed * 100_003 + self.generation * 101 + i))
+            parent_ids.append([m.id for m in ps])
+        out = []
+        for res, pids in zip(self.llm.propose_many(reqs), parent_ids):
+            if res.ok:
+                out.append((res.program, pids, f"llm:{res.kind}", res.cache_key))
+            else:
+                self.archive.add_candidate(self.run_id, res.source or "", parents=pids, operator=f"llm:{res.kind}",
+                                           generation=self.generation, llm_model=self.cfg.llm, valid=False,
+                                           reject_reason=res.error or "unusable reply", count=False,
+                                           llm_cache_key=res.cache_key)
+        return out
+
+    # -------------------------------------------------------------- evaluation
+    def _evaluate_batch(self, batch: list[tuple], screen: bool) -> None:
+        todo = []
+        for i, item in enumerate(batch):
+            prog = item[0]
+            dup = self.archive.find_by_hash(self.run_id, prog.hash)
+            if dup is not None:
+                self.archive.add_candidate(self.run_id, prog, parents=item[1], operator=item[2],
+                                           generation=self.generation, valid=False,
+                                           reject_reason=f"duplicate of {dup}", count=False)
+                continue
+            todo.append((i, item))
+        if not todo:
+            return
+        pool = self._pool()
+        res = pool.run([Job(i, item[0].source, not screen) for i, item in todo])
+        full = {}
+        if screen:
+            again = [Job(i, item[0].source, True) for i, item in todo
+                     if res[i].get("valid") and self.state.would_enter(res[i]["objectives"], item[0])]
+            full = pool.run(again) if again else {}
+        for i, item in todo:  # integrate in proposal order: reproducible whatever the worker count
+            prog, parents, op = item[0], item[1], item[2]
+            r = full.get(i, res[i])
+            stage = "full" if (i in full or not screen) else "screen"
+            r.setdefault("objectives", {})
+            if not r.get("valid"):
+                r["objectives"] = {k: math.inf for k in ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean",
+                                                         "itl_mean")} | {"complexity": float(prog.complexity.total)}
+            pid = self.archive.add_candidate(
+                self.run_id, prog, parents=parents, operator=op, generation=self.generation,
+                evaluation=_clean(r), stage=stage, llm_model=self.cfg.llm if op.startswith("llm") else None,
+                llm_cache_key=item[3] if len(item) > 3 else None)
+            if stage == "full":
+                self.state.add(Member(pid, prog, r["objectives"], self.generation))
+        self.archive.set_frontier(self.run_id, [m.id for m in self.state.frontier])
+        self.archive.set_cells(self.run_id, {k: m.id for k, m in sorted(self.state.cells.items())})
+        best = min((m for m in self.state.frontier), key=lambda m: m.objectives["e2e_mean"], default=None)
+        self.state.history.append({"generation": self.generation, "hv": self.state.hv(),
+                                   "best_e2e": best.objectives["e2e_mean"] if best else math.nan})
+        if self.progress:
+            self.progress(self)
+
+
+def _clean(r: dict) -> dict:
+    r = dict(r)
+    r.pop("trace", None)
+    return r
+
+
+def _errors_table(archive: Archive, pid: int) -> str:
+    rec = archive.program(pid)
+    ev = (rec or {}).get("evaluation") or {}
+    lines = ["experiment | stage | E2E err | TTFT err | ITL err"]
+    rows = sorted(ev.get("rows", []), key=lambda r: -r.get("e2e_err", 0))
+    for r in rows[:12]:
+        lines.append(f"{r['model']}/{r['workload']} | {r['stage']} | {100 * r['e2e_err']:.1f}% | "
+                     f"{100 * r['ttft_err']:.1f}% | {100 * r['itl_err']:.1f}%")
+    return "\n".join(lines)
