@@ -717,7 +717,10 @@ class LLMCache:
 
 
 def _sort_key(r: dict):
+    """Complexity (the objective the front was computed with, else the program's), then e2e_mean."""
     obj = r.get("objectives") or {}
-    e = obj.get("e2e_mean")
-    e = e if isinstance(e, (int, float)) and math.isfinite(e) else math.inf
-    return (r.get("complexity") if r.get("complexity") is not None else 10**9, e, r["id"])
+
+    def fin(v):
+        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
+    c = fin(obj.get("complexity")) if obj.get("complexity") is not None else fin(r.get("complexity"))
+    return (c, fin(obj.get("e2e_mean")), r["id"])

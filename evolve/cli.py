@@ -244,6 +244,76 @@ def cmd_emit_go(args) -> int:
     return 0
 
 
+def _baselines_for(archive, run_id):
+    """Baseline evaluations on the data of `run_id`, stored once in the archive as a run of
+    their own ("baselines-<data fingerprint>") so views never refit them."""
+    from evaluator.baselines import BASELINES, baseline_program, evaluate_baseline
+    from evaluator.data import load
+    from evaluator.evaluate import Evaluator
+    from evolve.archive import to_evaluation
+    run = archive.get_run(run_id) if run_id else None
+    if run is None:
+        runs = [r for r in archive.runs() if not r["id"].startswith("baselines-")]
+        run = runs[-1] if runs else None
+    data = ((run or {}).get("config") or {}).get("data")
+    gt = load(data)
+    bid = f"baselines-{gt.fingerprint()}"
+    if archive.get_run(bid) is None:
+        ev = Evaluator(gt)
+        archive.start_run({"data": data, "kind": "baselines"}, 0, gt.fingerprint(), len(BASELINES), run_id=bid)
+        for name in BASELINES:
+            archive.add_candidate(bid, baseline_program(name), operator=f"baseline:{name}",
+                                  evaluation=evaluate_baseline(ev, name))
+        archive.finish_run(bid)
+    out = {}
+    for rec in archive.programs(bid):
+        full = archive.program(rec["id"])
+        out[rec["operator"].split(":", 1)[1]] = to_evaluation(full)
+    return out
+
+
+def _best_baseline(baselines):
+    ok = {k: v for k, v in baselines.items() if v.valid}
+    return min(ok.items(), key=lambda kv: kv[1].objectives.get("e2e_mean", math.inf)) if ok else (None, None)
+
+
+def cmd_frontier(args) -> int:
+    from evolve.archive import Archive
+    from evolve.views import frontier_table, render_frontier
+    rows = frontier_table(Archive(args.archive), args.run)
+    rows = [r for r in rows if not str(r.get("run", "")).startswith("baselines-")]
+    if args.json:
+        print(json.dumps(rows, indent=1, default=float))
+    else:
+        render_frontier(rows, Console(width=None if sys.stdout.isatty() else 200))
+    return 0
+
+
+def cmd_show(args) -> int:
+    from evolve.archive import Archive
+    from evolve.views import show_program
+    archive = Archive(args.archive)
+    rec = archive.program(args.program_id)
+    if rec is None:
+        sys.exit(f"error: no program {args.program_id} in {args.archive}")
+    name, base = _best_baseline(_baselines_for(archive, rec["run_id"]))
+    con = Console(width=None if sys.stdout.isatty() else 200)
+    if name:
+        con.print(f"baseline shown alongside: {name} (lowest mean E2E error of the three)")
+    show_program(archive, args.program_id, con, baseline_rows=base.rows if base else None)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from evolve.archive import Archive
+    from evolve.views import report_html
+    archive = Archive(args.archive)
+    path = report_html(archive, args.output, run=args.run, program_id=args.program,
+                       baselines=_baselines_for(archive, args.run))
+    print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evolve", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -286,6 +356,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-cond", type=int, default=3)
     g.add_argument("--max-consts", type=int, default=10)
     g.set_defaults(func=cmd_emit_go)
+
+    f = sub.add_parser("frontier", help="the Pareto-optimal programs, sorted by complexity")
+    f.add_argument("--archive", default="archive.db", metavar="PATH")
+    f.add_argument("--run", default=None)
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(func=cmd_frontier)
+
+    sh = sub.add_parser("show", help="one program: source, constants, errors vs the best baseline, lineage")
+    sh.add_argument("program_id", type=int)
+    sh.add_argument("--archive", default="archive.db", metavar="PATH")
+    sh.set_defaults(func=cmd_show)
+
+    rp = sub.add_parser("report", help="one self-contained HTML report")
+    rp.add_argument("--archive", default="archive.db", metavar="PATH")
+    rp.add_argument("--run", default=None)
+    rp.add_argument("--program", type=int, default=None, help="program detailed (default: best E2E)")
+    rp.add_argument("-o", "--output", default="report.html")
+    rp.set_defaults(func=cmd_report)
 
     b = sub.add_parser("baselines", help="fit and score the three baselines")
     data_opts(b)

@@ -118,7 +118,10 @@ class Program:
 
 def _numeric_literal(node: ast.AST) -> float | None:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return float(node.value)
+        try:
+            return float(node.value)
+        except OverflowError:
+            return None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         v = _numeric_literal(node.operand)
         if v is not None:
@@ -220,7 +223,11 @@ class _Validator:
         if isinstance(node, ast.Constant):
             if type(node.value) not in (int, float):
                 self.fail(node, f"literal {node.value!r} is not a number")
-            if not math.isfinite(float(node.value)):
+            try:
+                finite = math.isfinite(float(node.value))
+            except OverflowError:
+                finite = False
+            if not finite:
                 self.fail(node, "non-finite literal")
             return
         if isinstance(node, ast.Name):
@@ -357,6 +364,14 @@ def parse_program(source: str) -> Program:
     return prog
 
 
+def _always_returns(stmts: list[ast.stmt]) -> bool:
+    last = stmts[-1]
+    if isinstance(last, ast.Return):
+        return True
+    return isinstance(last, ast.If) and bool(last.orelse) and _always_returns(last.body) \
+        and _always_returns(last.orelse)
+
+
 def _check_definite_assignment(func: ast.FunctionDef) -> None:
     params = {p.arg for p in func.args.args}
 
@@ -374,7 +389,13 @@ def _check_definite_assignment(func: ast.FunctionDef) -> None:
                         raise ProgramError(f"line {st.lineno}: {n.id!r} may be used before assignment")
                 a = walk(st.body, defined)
                 b = walk(st.orelse, defined) if st.orelse else defined
-                defined = a & b
+                # a branch that always returns does not reach the code after the if
+                if _always_returns(st.body):
+                    defined = b
+                elif st.orelse and _always_returns(st.orelse):
+                    defined = a
+                else:
+                    defined = a & b
         return defined
 
     LOCAL_CANDIDATES = {t.id for st in ast.walk(func) if isinstance(st, ast.Assign) for t in st.targets

@@ -227,9 +227,13 @@ class Search:
     # -------------------------------------------------------------- evaluation
     def _evaluate_batch(self, batch: list[tuple], screen: bool) -> None:
         todo = []
+        seen: dict[str, int] = {}
         for i, item in enumerate(batch):
             prog = item[0]
             dup = self.archive.find_by_hash(self.run_id, prog.hash)
+            if dup is None and prog.hash in seen:
+                dup = f"candidate {seen[prog.hash]} of this generation"
+            seen.setdefault(prog.hash, i)
             if dup is not None:
                 self.archive.add_candidate(self.run_id, prog, parents=item[1], operator=item[2],
                                            generation=self.generation, valid=False,

@@ -17,11 +17,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evolve.pareto import VECTOR_ORDER, _hv2d, objective_vector, pareto_front
+from evolve.pareto import VECTOR_ORDER, _hv2d, pareto_front
 
 METRICS = ("complexity", "step_mape", "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean")
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22", "#7f7f7f")
+BASELINE_COLORS = ("#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#bcbd22")
+
+
+def _bcolor(j: int) -> str:
+    return BASELINE_COLORS[j % len(BASELINE_COLORS)]
 
 
 # ---------------------------------------------------------------- small helpers
@@ -94,7 +99,9 @@ def frontier_table(archive, run: str | None = None) -> list[dict]:
     out = []
     for r in archive.frontier(run):
         obj = r.get("objectives") or {}
-        d = {"id": r["id"], "complexity": r.get("complexity")}
+        cx = _num(obj.get("complexity"))
+        d = {"id": r["id"], "complexity": int(cx) if cx is not None and cx == int(cx) else
+             (cx if cx is not None else r.get("complexity"))}
         for k in ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean"):
             d[k] = obj.get(k)
         d.update(components=list(r.get("components") or []), run=r.get("run_id"), generation=r.get("generation"),
@@ -332,7 +339,25 @@ class _Plot:
     def raw(self, s: str):
         self.marks.append(s)
 
+    def _legend_layout(self) -> list[tuple[str, str, str, float, float]]:
+        """(label, color, shape, x, y) of each legend entry, wrapped over rows."""
+        out, x, row = [], float(self.ml), 0
+        top = 36 if self.title else 16
+        for lab, col, shape in self.legend:
+            wd = 21 + 7 * len(lab) + 18
+            if x + wd > self.w - self.mr and x > self.ml:
+                x, row = float(self.ml), row + 1
+            out.append((lab, col, shape, x, top + 8 + 18 * row))
+            x += wd
+        return out
+
     def svg(self, note: str = "") -> str:
+        grow = 0
+        if self.legend:  # make room for the legend rows above the plotting area
+            rows = 1 + max(round((y - (36 if self.title else 16) - 8) / 18) for *_, y in self._legend_layout())
+            grow = 18 * rows + 6
+            self.mt += grow
+            self.h += grow
         w, h, ml, mr, mt, mb = self.w, self.h, self.ml, self.mr, self.mt, self.mb
         out = [f'<svg class="plot" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
                f'aria-label="{html.escape(self.title or self.y_label)}">',
@@ -353,24 +378,19 @@ class _Plot:
                    f'{html.escape(self.x_label)}</text>')
         out.append(f'<text transform="translate(16,{(mt + h - mb) / 2:.0f}) rotate(-90)" text-anchor="middle" '
                    f'class="lab">{html.escape(self.y_label)}</text>')
-        out.append(f'<g clip-path="none">{"".join(self.marks)}</g>')
-        # legend (top right, inside the plot)
-        if self.legend:
-            lw = 12 + 7 * max(len(lab) for lab, _, _ in self.legend) + 24
-            lx, ly = w - mr - lw - 6, mt + 6
-            out.append(f'<rect x="{lx}" y="{ly}" width="{lw}" height="{18 * len(self.legend) + 6}" '
-                       f'fill="#fff" fill-opacity="0.85" stroke="#ccc"/>')
-            for i, (lab, col, shape) in enumerate(self.legend):
-                cy = ly + 14 + 18 * i
-                if shape == "line":
-                    out.append(f'<line x1="{lx + 6}" y1="{cy}" x2="{lx + 22}" y2="{cy}" stroke="{col}" stroke-width="2.5"/>')
-                elif shape == "square":
-                    out.append(f'<rect x="{lx + 9}" y="{cy - 5}" width="10" height="10" fill="{col}"/>')
-                elif shape == "ring":
-                    out.append(f'<circle cx="{lx + 14}" cy="{cy}" r="5" fill="none" stroke="{col}" stroke-width="2"/>')
-                else:
-                    out.append(f'<circle cx="{lx + 14}" cy="{cy}" r="5" fill="{col}"/>')
-                out.append(f'<text x="{lx + 28}" y="{cy + 4}" class="leg">{html.escape(lab)}</text>')
+        # marks were placed before the legend made room: shift them down by the same amount
+        out.append(f'<g transform="translate(0,{grow})">{"".join(self.marks)}</g>')
+        # legend: a row (wrapping if needed) between the title and the plotting area
+        for lab, col, shape, lx, cy in self._legend_layout():
+            if shape == "line":
+                out.append(f'<line x1="{lx}" y1="{cy}" x2="{lx + 16}" y2="{cy}" stroke="{col}" stroke-width="2.5"/>')
+            elif shape == "square":
+                out.append(f'<rect x="{lx + 3}" y="{cy - 5}" width="10" height="10" fill="{col}"/>')
+            elif shape == "ring":
+                out.append(f'<circle cx="{lx + 8}" cy="{cy}" r="5" fill="none" stroke="{col}" stroke-width="2"/>')
+            else:
+                out.append(f'<circle cx="{lx + 8}" cy="{cy}" r="5" fill="{col}"/>')
+            out.append(f'<text x="{lx + 21}" y="{cy + 4}" class="leg">{html.escape(lab)}</text>')
         if note:
             out.append(f'<text x="{ml + 4}" y="{h - mb - 6}" class="note">{html.escape(note)}</text>')
         out.append("</svg>")
@@ -407,7 +427,7 @@ def _bar_chart(categories: list[str], groups: list[tuple[str, str, list[float | 
     plot_w = p.w - p.ml - p.mr
     cw = plot_w / n_cat
     bw = min(18.0, (cw - 8) / n_grp)
-    base_y = p.py(yaxis.lo if log else 0.0) if not log else p.h - p.mb
+    base_y = p.h - p.mb if log else p.py(0.0)
     for ci, cat in enumerate(categories):
         x0 = p.ml + ci * cw + (cw - bw * n_grp) / 2
         for gi, (name, col, vs) in enumerate(groups):
@@ -519,7 +539,7 @@ def _program_html(rec: dict, baselines: dict[str, Any]) -> str:
         for m, lab in (("e2e", "E2E"), ("ttft", "TTFT"), ("itl", "ITL")):
             groups = [(f"#{rec['id']}", PALETTE[0], [_num(r.get(f"{m}_err")) for r in rows])]
             for j, (name, bm) in enumerate(bmaps.items(), start=1):
-                groups.append((name, PALETTE[j % len(PALETTE)], [_num(bm.get(k, {}).get(f"{m}_err")) for k in keys]))
+                groups.append((name, _bcolor(j - 1), [_num(bm.get(k, {}).get(f"{m}_err")) for k in keys]))
             charts.append(_bar_chart(cats, groups, f"{lab} relative error", f"{lab} error per experiment and stage"))
         parts.append('<div class="plots">' + "".join(charts) + "</div>")
     return "".join(parts)
@@ -551,7 +571,7 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
         if e is None:
             e = _mean(x.get("e2e_err") for x in _rows_of(b))
         if c is not None and e is not None:
-            base_pts.append((name, PALETTE[j % len(PALETTE)], c, e))
+            base_pts.append((name, _bcolor(j - 1), c, e))
     ys = [e for _, _, e in pts] + [e for *_, e in base_pts]
     log_y = _use_log(ys)
     p = _Plot(_Axis([c for _, c, _ in pts] + [c for _, _, c, _ in base_pts], lo0=True),
@@ -575,7 +595,8 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     if chosen_id is not None:
         p.legend.append((f"detailed: #{chosen_id}", "#000", "ring"))
     n_hidden = len(evals) - len(pts)
-    pareto_svg = p.svg(f"{n_hidden} invalid / non-finite evaluations not shown" if n_hidden else "")
+    note = f"{n_hidden} invalid / non-finite evaluations not shown" if n_hidden else ""
+    pareto_svg = p.svg(note if pts else "no valid full evaluations yet")
 
     # -------- TTFT vs ITL
     tp = [(r, _num((r.get("objectives") or {}).get("itl_mean")), _num((r.get("objectives") or {}).get("ttft_mean")))
@@ -588,7 +609,7 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
         x = _num(obj.get("itl_mean")) if obj.get("itl_mean") is not None else _mean(r.get("itl_err") for r in rows)
         y = _num(obj.get("ttft_mean")) if obj.get("ttft_mean") is not None else _mean(r.get("ttft_err") for r in rows)
         if x is not None and y is not None:
-            bt.append((name, PALETTE[j % len(PALETTE)], x, y))
+            bt.append((name, _bcolor(j - 1), x, y))
     xs, ys = [x for _, x, _ in tp] + [x for *_, x, _ in bt], [y for *_, y in tp] + [y for *_, y in bt]
     q = _Plot(_Axis(xs, log=_use_log(xs)), _Axis(ys, log=_use_log(ys)), "mean ITL (per-token time) error",
               "mean TTFT error", width=620, height=420, title="TTFT error vs ITL error", x_fmt=_pct, y_fmt=_pct)

@@ -88,3 +88,15 @@ def test_with_constants_rewrites_values():
     q = parse_program(p.with_constants([1.0, 2.0, 3.0]))
     assert list(q.constants.values()) == [1.0, 2.0, 3.0]
     assert q.hash == p.hash
+
+
+def test_definite_assignment_follows_returning_branches():
+    src = "def predict_step_time(P):\n    if P > 1:\n        return 2.0\n    else:\n        y = 1\n    return y + P\n"
+    assert parse_program(src).complexity.conditionals == 1
+
+
+def test_huge_integer_literal_is_a_clear_rejection():
+    with pytest.raises(ProgramError, match="finite"):
+        parse_program("C = " + "9" * 400 + "\ndef predict_step_time(P):\n    return C * P\n")
+    with pytest.raises(ProgramError, match="non-finite"):
+        parse_program("def predict_step_time(P):\n    return P * " + "9" * 400 + "\n")

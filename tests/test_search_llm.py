@@ -1,0 +1,88 @@
+"""The search with the LLM operator through litellm's real client, against a local stub server;
+then the same run replayed from the archive's cache with the server gone."""
+import re
+import sqlite3
+
+import pytest
+
+from evolve.archive import Archive
+from evolve.search import RunConfig, Search
+from tests.openai_stub_server import StubServer, chat_completion
+
+REPLY = """Here is a better model:
+```python
+BASE = 15000.0
+PER_DECODE = {k}.0
+PER_PREFILL = 1.0
+
+def predict_step_time(P, D, B):
+    return BASE + PER_DECODE * D + PER_PREFILL * P + {k} * B
+```"""
+
+
+def _handler():
+    n = {"i": 0}
+
+    def handle(req):
+        n["i"] += 1
+        i = n["i"]
+        if i % 4 == 0:
+            return 200, chat_completion("I cannot help with that.")  # no code: recorded, not fatal
+        if i % 5 == 0:
+            return 500, {"error": {"message": "overloaded"}}
+        return 200, chat_completion(REPLY.format(k=10 + i), prompt_tokens=300, completion_tokens=80)
+    return handle
+
+
+def _programs(db):
+    con = sqlite3.connect(db)
+    rows = con.execute("select canonical_hash, operator, valid, reject_reason from programs order by id").fetchall()
+    con.close()
+    return rows
+
+
+def test_llm_run_then_exact_replay(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    db = tmp_path / "a.db"
+    arch = Archive(db)
+    with StubServer() as stub:
+        stub.handler = _handler()
+        cfg = RunConfig(budget=9, seed=5, workers=1, generation_size=4, llm="openai/stub-model",
+                        llm_base=stub.api_base)
+        s = Search(cfg, arch)
+        s.llm.max_retries = 0
+        run_id = s.start()
+        s.loop()
+        assert stub.request_count >= 4
+        sent = stub.requests[0]["messages"]
+        assert "predict_step_time" in sent[-1]["content"]  # the parent's source is in the prompt
+    rows = _programs(db)
+    ops = [r[1] for r in rows]
+    assert any(op.startswith("llm:") for op in ops)
+    reasons = [r[3] or "" for r in rows if not r[2]]
+    assert any("no code" in x or "error" in x.lower() or "overloaded" in x for x in reasons)
+    con = sqlite3.connect(db)
+    calls = con.execute("select count(*), sum(prompt_tokens) from llm_calls").fetchone()
+    con.close()
+    assert calls[0] >= 3 and calls[1] >= 900  # tokens recorded per call
+    assert arch.get_run(run_id)["n_evaluated"] >= 9
+
+    # replay: same seed, no server; every reply comes from the archive's cache
+    db2 = tmp_path / "b.db"
+    src, dst = sqlite3.connect(db), sqlite3.connect(db2)
+    src.backup(dst)  # the cache lives in the archive (a plain file copy would miss the WAL)
+    src.close()
+    dst.close()
+    arch2 = Archive(db2)
+    cfg2 = RunConfig(budget=9, seed=5, workers=1, generation_size=4, llm="openai/stub-model",
+                     llm_base="http://127.0.0.1:9/v1", replay=run_id)
+    s2 = Search(cfg2, arch2)
+    run2 = s2.start()
+    s2.loop()
+    con = sqlite3.connect(db2)
+    a = con.execute("select canonical_hash, operator, valid from programs where run_id=? order by id", (run_id,)).fetchall()
+    b = con.execute("select canonical_hash, operator, valid from programs where run_id=? order by id", (run2,)).fetchall()
+    con.close()
+    llm_a = [x for x in a if x[1].startswith("llm:") and x[2]]
+    llm_b = [x for x in b if x[1].startswith("llm:") and x[2]]
+    assert llm_a and [x[0] for x in llm_a] == [x[0] for x in llm_b]
