@@ -22,6 +22,10 @@ from evaluator.simulator import SimResult, simulate
 from evaluator.step_scoring import build_step_rows, predict_rows, step_metrics
 from evaluator.workload import build_workload
 
+MAX_STEPS = 5_000_000
+RUNAWAY_FACTOR = 5
+RUNAWAY_MIN_STEPS = 200_000
+
 OBJECTIVES = ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "complexity")
 
 
@@ -140,11 +144,11 @@ class Evaluator:
         parts = []
         for e in group_exps:
             st = ref[e.id]
-            st = st[subsample(len(st), 3000)]
+            st = st[subsample(len(st), 1000)]
             parts.append(states_to_components(np.vstack([st, _edge_states(e.kv_blocks * e.block_size)]),
                                               self.mv[e.id]))
         for rows in self._rows_for(group_exps):
-            parts.append(rows.X)
+            parts.append(rows.X[subsample(len(rows.X), 3000)])
         return np.ascontiguousarray(np.vstack(parts))
 
     def _rows_for(self, group_exps) -> list:
@@ -183,8 +187,14 @@ class Evaluator:
         return "*" if self.global_fit else e.model
 
     def _sim(self, f, consts, e, record=False) -> SimResult:
+        # A candidate needing many times the steps of the calibrated reference predicts
+        # step times far too short (requests decode alone): stop it early as a runaway
+        # instead of simulating tens of millions of steps.
+        limit = MAX_STEPS
+        if self._reference is not None:
+            limit = max(RUNAWAY_MIN_STEPS, RUNAWAY_FACTOR * len(self._reference[e.id]))
         return simulate(f, consts, self.mv[e.id], self.wl[e.id], e.kv_blocks, e.max_num_seqs,
-                        e.max_batched_tokens, e.block_size, record=record)
+                        e.max_batched_tokens, e.block_size, max_steps=limit, record=record)
 
     # -------------------------------------------------------------- main entry
     def evaluate(self, program, constants: dict[str, list[float]] | None = None,
@@ -215,7 +225,8 @@ class Evaluator:
                 r = self._sim(f, c, e, record=record)
                 n_steps += r.n_steps
                 if not r.ok:
-                    why = "invalid prediction (NaN, inf or < 1 us)" if r.status == 1 else "runaway simulation"
+                    why = ("invalid prediction (NaN, inf or < 1 us)" if r.status == 1 else
+                           f"runaway simulation (over {r.n_steps} steps: predicted steps far too short)")
                     return self._invalid(f"{e.id}: {why}", t0, consts)
                 results[e.id] = r
             if record:

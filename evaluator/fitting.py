@@ -23,7 +23,7 @@ from evaluator.step_scoring import StepRows, predict_rows
 
 STAGE_WEIGHT = 3.0  # a stage's per-token residual weighs like this many step-MAPE units
 INVALID_PENALTY = 10.0
-MAX_STATES_PER_STAGE = 3000
+MAX_STATES_PER_STAGE = 1500
 
 
 @dataclass
@@ -55,7 +55,7 @@ FLOOR_WEIGHT = 10.0
 
 
 def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list[StepRows],
-                  probes: np.ndarray | None = None, max_nfev: int = 60) -> tuple[np.ndarray, float]:
+                  probes: np.ndarray | None = None, max_nfev: int = 8) -> tuple[np.ndarray, float]:
     """Least-squares fit of one constant vector (one model, or all models when global).
 
     `probes` are component rows spanning the states a simulation visits (ramp-up, lone

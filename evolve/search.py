@@ -154,6 +154,9 @@ class Search:
         return self.pool
 
     def close(self) -> None:
+        if hasattr(self, "_llm_exec"):
+            self._llm_exec.shutdown(wait=True, cancel_futures=True)
+            del self._llm_exec
         if getattr(self, "pool", None) is not None:
             self.pool.close()
             self.pool = None
@@ -162,10 +165,20 @@ class Search:
         t0 = time.perf_counter()
         pool = self._pool()
         try:
+            pending = None  # LLM calls of the next generation, running while this one evaluates
             while self.archive.get_run(self.run_id)["n_evaluated"] < self.cfg.budget:
                 left = self.cfg.budget - self.archive.get_run(self.run_id)["n_evaluated"]
                 self.generation += 1
-                batch = self._propose(min(self.cfg.generation_size, left))
+                n = min(self.cfg.generation_size, left)
+                batch = []
+                if self.llm is not None:
+                    if pending is None:
+                        pending = self._llm_submit(n, self.generation)
+                    batch = self._llm_collect(pending)
+                    # parents for the next generation come from the state *before* this one is
+                    # integrated: deterministic, and the LLM works while the workers evaluate
+                    pending = self._llm_submit(self.cfg.generation_size, self.generation + 1)
+                batch = batch[:n] + self._propose_offline(n - min(n, len(batch)))
                 if not batch:
                     continue
                 self._evaluate_batch(batch, screen=self.cfg.cascade)
@@ -190,10 +203,8 @@ class Search:
         chosen = sorted(chosen, key=lambda m: m.id)
         return [self.rng.choice(chosen) for _ in range(k)] if chosen else []
 
-    def _propose(self, n: int) -> list[tuple]:
+    def _propose_offline(self, n: int) -> list[tuple]:
         out = []
-        if self.llm is not None:
-            out = self._propose_llm(n)
         while len(out) < n:
             parents = self._parents(2)
             if not parents:
@@ -204,22 +215,34 @@ class Search:
             out.append((parse_program(src), [m.id for m in use], op))
         return out
 
-    def _propose_llm(self, n: int) -> list[tuple]:
+    def _llm_submit(self, n: int, generation: int):
+        """Build this generation's prompts now (parents from the current state) and start the
+        calls in a background thread; returns (generation, future, parent ids)."""
+        from concurrent.futures import ThreadPoolExecutor
+
         from evolve.llm import ParentInfo, ProposalRequest
         reqs, parent_ids = [], []
         for i in range(n):
             kind = self.rng.choice(KINDS)
             ps = self._parents(2 if kind == "crossover" else 1)
+            if not ps:
+                continue
             infos = [ParentInfo(m.program.source, _errors_table(self.archive, m.id), "", m.objectives) for m in ps]
-            reqs.append(ProposalRequest(kind, infos, self.cfg.caps, self.cfg.seed * 100_003 + self.generation * 101 + i))
+            reqs.append(ProposalRequest(kind, infos, self.cfg.caps, self.cfg.seed * 100_003 + generation * 101 + i))
             parent_ids.append([m.id for m in ps])
+        if not hasattr(self, "_llm_exec"):
+            self._llm_exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm")
+        return generation, self._llm_exec.submit(self.llm.propose_many, reqs), parent_ids
+
+    def _llm_collect(self, pending) -> list[tuple]:
+        generation, fut, parent_ids = pending
         out = []
-        for res, pids in zip(self.llm.propose_many(reqs), parent_ids):
+        for res, pids in zip(fut.result(), parent_ids):
             if res.ok:
                 out.append((res.program, pids, f"llm:{res.kind}", res.cache_key))
             else:
                 self.archive.add_candidate(self.run_id, res.source or "", parents=pids, operator=f"llm:{res.kind}",
-                                           generation=self.generation, llm_model=self.cfg.llm, valid=False,
+                                           generation=generation, llm_model=self.cfg.llm, valid=False,
                                            reject_reason=res.error or "unusable reply", count=False,
                                            llm_cache_key=res.cache_key)
         return out

@@ -83,3 +83,11 @@ def test_spec_mode_on_embedded_default():
     assert res.valid
     assert math.isnan(res.objectives["step_mape"])  # no step rows embedded
     assert res.objectives["e2e_mean"] < 0.2
+
+
+def test_far_too_fast_candidate_stops_early_as_runaway(evaluator):
+    import time
+    t0 = time.perf_counter()
+    res = evaluator.evaluate(parse_program("def predict_step_time(P, D):\n    return 20 + 0 * P\n"), fit=False)
+    assert not res.valid and "runaway" in res.error
+    assert time.perf_counter() - t0 < 30  # bounded by 5x the reference step count, not 30M steps

@@ -430,3 +430,25 @@ def test_random_programs_parity():
     report = parity_check_many(cases, batches)
     assert report.ok, report.summary() + "\n" + "\n".join(
         f"--- {c.type_name}\n{c.label}" for c in cases if any(m["type"] == c.type_name for m in report.mismatches))
+
+
+# ----------------------------------------------------------------- evolved programs
+
+def test_evolved_programs_parity(vectors, batches):
+    """Programs the search actually produces (offline operator chains from every seed)."""
+    import random
+
+    from evolve.mutate import OfflineMutator
+    mut = OfflineMutator(rng=random.Random(11))
+    programs = {}
+    for name, src in sorted(seed_sources().items()):
+        cur = parse_program(src)
+        for depth in range(1, 13):
+            other = parse_program(seed_sources()[sorted(seed_sources())[depth % 5]])
+            cur, _ = mut.propose_program([cur, other])
+            if depth % 4 == 0:
+                programs[f"evolved_{name}_{depth}"] = cur
+    assert len(programs) == 15
+    report = parity_check_many(_cases(programs, vectors), batches[::2])
+    assert report.ok, report.summary()
+    assert report.max_abs_diff_us <= 1

@@ -1,0 +1,61 @@
+"""The command line as users call it (real subprocesses, real files)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+FIX = Path(__file__).parent / "fixtures" / "ingest"
+
+
+def evolve(*args, check=True):
+    p = subprocess.run([sys.executable, "-m", "evolve.cli", *args], capture_output=True, text=True, timeout=600)
+    if check and p.returncode != 0:
+        raise AssertionError(p.stderr[-2000:])
+    return p
+
+
+def test_baselines_json_on_embedded_default():
+    out = json.loads(evolve("baselines", "--json").stdout)
+    assert out["mode"] == "spec" and out["source"] == "embedded"
+    recs = out["records"]
+    assert {r["baseline"] for r in recs} == {"blackbox", "roofline", "linear_physics"}
+    e2e = [r for r in recs if r["metric"] == "e2e_err" and r["baseline"] == "blackbox"]
+    assert len(e2e) == 20 and all(set(r) == {"experiment", "stage", "baseline", "metric", "value"} for r in e2e)
+    mean = next(r["value"] for r in recs if r["experiment"] == "mean" and r["baseline"] == "blackbox"
+                and r["metric"] == "e2e_mean")
+    assert mean == pytest.approx(sum(r["value"] for r in e2e) / 20)
+
+
+def test_baselines_table_names_every_experiment(data_dir):
+    out = evolve("baselines", "--data", str(data_dir)).stdout
+    for m in ("llama-2-7b/general", "llama-2-70b/codegen", "mixtral-8x7b/roleplay", "codellama-34b/general"):
+        assert m in out
+    assert "mean" in out
+
+
+def test_bad_data_dir_is_a_clear_error(tmp_path):
+    p = evolve("baselines", "--data", str(tmp_path), check=False)
+    assert p.returncode != 0 and "experiments" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_ingest_cli_writes_the_ground_truth_layout(tmp_path):
+    evolve("ingest", "--traces", str(FIX / "traces_valid.json"), "--lifecycle", str(FIX / "lifecycle_valid.json"),
+           "--experiment", "my-exp", "--model", "llama-2-7b", "--workload", "chat", "--tp", "1",
+           "--out", str(tmp_path))
+    steps = pd.read_parquet(tmp_path / "steps" / "steps.parquet")
+    reqs = pd.read_parquet(tmp_path / "requests" / "requests.parquet")
+    assert set(steps.experiment_id) == {"my-exp"} and len(steps) > 0
+    assert set(reqs.experiment_id) == {"my-exp"} and len(reqs) > 0
+    bad = evolve("ingest", "--traces", str(FIX / "traces_truncated.json"), "--experiment", "x",
+                 "--out", str(tmp_path), check=False)
+    assert bad.returncode != 0 and "traces_truncated.json" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_evaluate_rejects_untrusted_program_before_running(tmp_path):
+    f = tmp_path / "evil.py"
+    f.write_text("import os\nos.system('touch /tmp/pwned')\ndef predict_step_time(P):\n    return P\n")
+    p = evolve("evaluate", str(f), check=False)
+    assert p.returncode != 0 and "imports are not allowed" in p.stderr

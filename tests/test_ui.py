@@ -1,0 +1,288 @@
+"""`evolve ui` end to end: a real archive of a short run, the JSON API, the page in headless
+Chromium (Debian's /usr/bin/chromium driven by the playwright package; install both with
+scripts/install_browser.sh), and reads while another process holds the write lock."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from evolve.archive import Archive
+from evolve.search import RunConfig, Search
+from evolve.ui import make_server
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+OVERCAP_SRC = ('"""Deliberately over the Go cap (34 operations)."""\nA = 1.0\nB0 = 2.0\n\n\n'
+               "def predict_step_time(t_prefill_gemm, t_decode_gemm, B):\n"
+               "    return B0 + " + " + ".join(["A * t_prefill_gemm"] * 16) + " + t_decode_gemm * B\n")
+HOSTILE_SRC = textwrap.dedent('''\
+    """</pre><img src=x onerror="window.__xss=1"><script>window.__xss=2</script> & <b>bold</b>"""
+    SCALE_W = 3.0
+    SCALE_KV = 7.0
+
+
+    def predict_step_time(t_weights, t_decode_kv, B):
+        return SCALE_W * t_weights + SCALE_KV * t_decode_kv + B
+    ''')
+
+
+def _chromium() -> str | None:
+    for c in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+# ---------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A real archive: a 7-evaluation offline run on the embedded data, plus two extra
+    programs stored in the same run (one over the Go cap, one with hostile text)."""
+    path = tmp_path_factory.mktemp("ui") / "archive.db"
+    archive = Archive(path)
+    search = Search(RunConfig(budget=7, seed=1, workers=1, generation_size=2), archive)
+    run = search.start()
+    search.loop()
+    best = archive.best(run)
+    assert best is not None, "the short run produced no valid program"
+    ev = copy.deepcopy(best["evaluation"])
+    extra = {}
+    for name, src in (("overcap", OVERCAP_SRC), ("hostile", HOSTILE_SRC)):
+        e = copy.deepcopy(ev)
+        e["objectives"] = dict(e["objectives"])
+        e["objectives"].pop("complexity", None)  # the archive fills in the program's own
+        e["objectives"]["e2e_mean"] = e["objectives"]["e2e_mean"] * 1.5  # never better than `best`
+        extra[name] = archive.add_candidate(run, src, operator=f"test:{name}", generation=99, evaluation=e,
+                                            count=False)
+    archive.close()
+    return {"path": path, "run": run, "best": best["id"], **extra}
+
+
+@pytest.fixture(scope="module")
+def server(built):
+    srv, thread = make_server(str(built["path"]), "127.0.0.1", 0)
+    host, port = srv.server_address[:2]
+    yield f"http://{host}:{port}"
+    srv.shutdown()
+    srv.server_close()
+    thread.join(5)
+
+
+def get(base, path, timeout=120):
+    """(status, parsed JSON body)."""
+    try:
+        with urllib.request.urlopen(base + path, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        body = e.read().decode()
+        assert "Traceback" not in body
+        return e.code, json.loads(body)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("chromium not found (/usr/bin/chromium): run scripts/install_browser.sh")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="the playwright package is missing: run scripts/install_browser.sh")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    ctx = browser.new_context(viewport={"width": 1500, "height": 950})
+    pg = ctx.new_page()
+    pg.set_default_timeout(60_000)
+    errors, foreign = [], []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.on("request", lambda r: foreign.append(r.url) if not r.url.startswith(server) else None)
+    yield pg
+    ctx.close()
+    assert not errors, errors
+    assert not foreign, f"the page made external requests: {foreign}"
+
+
+# ---------------------------------------------------------------- API
+
+def test_api_shapes(server, built):
+    st, runs = get(server, "/api/runs")
+    assert st == 200 and runs["default"] == built["run"]
+    assert [r["id"] for r in runs["runs"]] == [built["run"]]
+    assert {"id", "status", "n_evaluated", "budget", "seed", "created_at"} <= set(runs["runs"][0])
+
+    st, pts = get(server, f"/api/points?run={built['run']}")
+    assert st == 200 and pts["run"] == built["run"]
+    keys = {"id", "complexity", "e2e_mean", "ttft_mean", "itl_mean", "step_mape", "frontier"}
+    assert pts["points"] and all(keys <= set(p) for p in pts["points"])
+    ids = {p["id"] for p in pts["points"]}
+    assert {built["best"], built["overcap"], built["hostile"]} <= ids
+    front = {p["id"] for p in pts["points"] if p["frontier"]}
+    assert built["best"] in front and built["overcap"] not in front
+    lo, hi = pts["complexity_range"]
+    assert lo <= hi and all(lo <= p["complexity"] <= hi for p in pts["points"])
+
+    st, cut = get(server, f"/api/points?run={built['run']}&max_complexity={lo}")
+    assert st == 200 and 1 <= len(cut["points"]) < len(pts["points"])
+    assert all(p["complexity"] <= lo for p in cut["points"])
+    st, every = get(server, "/api/points?run=")  # all runs: its own Pareto flags
+    assert st == 200 and {p["id"] for p in every["points"]} == ids
+
+    st, rec = get(server, f"/api/program/{built['best']}")
+    assert st == 200 and rec["id"] == built["best"] and "predict_step_time" in rec["source"]
+    ev = rec["evaluation"]
+    assert ev["valid"] and ev["rows"] and ev["constants"]
+    assert {"experiment", "stage", "e2e_err", "ttft_err", "itl_err"} <= set(ev["rows"][0])
+    assert rec["go_cap"] is None and rec["const_names"]
+
+    st, go = get(server, f"/api/program/{built['best']}/go")
+    assert st == 200 and go["ok"] and "package latency" in go["code"] and go["models"]
+    st, go = get(server, f"/api/program/{built['overcap']}/go")
+    assert st == 200 and not go["ok"] and "exceeds the Go emission cap" in go["error"]
+
+    st, base = get(server, f"/api/baselines?run={built['run']}")  # computed once (~10 s), then cached
+    assert st == 200 and base["run"] == built["run"] and base["baselines"]
+    assert base["best"] in base["baselines"]
+    assert all({"valid", "objectives", "rows"} <= set(b) for b in base["baselines"].values())
+    t0 = time.perf_counter()
+    assert get(server, f"/api/baselines?run={built['run']}")[1] == base
+    assert time.perf_counter() - t0 < 2.0
+    # the stored baselines run is not offered as a run
+    assert [r["id"] for r in get(server, "/api/runs")[1]["runs"]] == [built["run"]]
+
+
+@pytest.mark.parametrize("path,status", [
+    ("/api/program/999999", 404), ("/api/program/abc", 404), ("/api/program/-1", 404),
+    ("/api/program/99999999999999999999999", 404), ("/api/program/999999/go", 404), ("/api/nope", 404),
+    ("/nope", 404), ("/api/points?run=no-such-run", 404), ("/api/baselines?run=no-such-run", 404),
+    ("/api/points?max_complexity=abc", 400), ("/api/points?max_complexity=nan", 400),
+])
+def test_api_errors(server, path, status):
+    st, body = get(server, path)
+    assert st == status and isinstance(body.get("error"), str)
+
+
+def test_page_is_self_contained(server):
+    with urllib.request.urlopen(server + "/", timeout=30) as r:
+        page = r.read().decode()
+        csp = r.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in csp and "connect-src 'self'" in csp
+    stripped = page.replace("http://www.w3.org/2000/svg", "")  # the SVG namespace name, never fetched
+    assert "http://" not in stripped and "https://" not in stripped and "//cdn" not in stripped
+    assert "<script src" not in page and "<link" not in page
+
+
+def test_reads_while_another_process_holds_the_write_lock(server, built):
+    holder = textwrap.dedent(f"""
+        import sqlite3, sys, time
+        c = sqlite3.connect({str(built['path'])!r}, isolation_level=None, timeout=30)
+        c.execute("BEGIN IMMEDIATE")
+        c.execute("INSERT INTO runs (id, created_at, config, seed, status, n_evaluated) "
+                  "VALUES ('lock-holder', 0, '{{}}', 0, 'running', 0)")
+        print("locked", flush=True)
+        time.sleep(3)
+        c.execute("ROLLBACK")
+        print("released", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        for path in (f"/api/points?run={built['run']}", f"/api/program/{built['best']}", "/api/runs",
+                     f"/api/program/{built['best']}/go"):
+            t0 = time.perf_counter()
+            st, body = get(server, path, timeout=10)
+            dt = time.perf_counter() - t0
+            assert st == 200, body
+            assert dt < 2.0, f"{path} took {dt:.2f} s while another process held the write lock"
+            if path == "/api/runs":
+                assert "lock-holder" not in {r["id"] for r in body["runs"]}
+        assert proc.poll() is None, "the lock holder finished before the reads: the test proved nothing"
+        assert proc.stdout.readline().strip() == "released"
+    finally:
+        proc.wait(10)
+
+
+# ---------------------------------------------------------------- the page in Chromium
+
+def _circles(page) -> int:
+    return page.locator("#plot circle").count()
+
+
+def test_page_plot_panel_and_filter(page, server, built, tmp_path):
+    _, pts = get(server, f"/api/points?run={built['run']}")
+    page.goto(server + "/")
+    page.wait_for_function("n => document.querySelectorAll('#plot circle').length === n", arg=len(pts["points"]))
+    assert _circles(page) == len(pts["points"])
+    assert page.locator("#run").input_value() == built["run"]
+    n_front = sum(p["frontier"] for p in pts["points"])
+    assert page.locator("#plot circle.front").count() == n_front
+    assert page.locator("#ftable tbody tr").count() == n_front
+
+    # click a frontier point: id, source, constants, error table, Go code
+    pid = built["best"]
+    page.locator(f'#plot circle.front[data-id="{pid}"]').click()
+    page.wait_for_selector("#pid")
+    assert page.locator("#pid").inner_text() == f"Program #{pid}"
+    rec = get(server, f"/api/program/{pid}")[1]
+    line = next(ln.strip() for ln in rec["source"].splitlines() if "return" in ln)
+    assert line in page.locator("#src").inner_text()
+    page.wait_for_selector("#gocode")
+    assert "package latency" in page.locator("#gocode").inner_text()
+    assert page.locator("#errtable tbody tr").count() == len(rec["evaluation"]["rows"])
+    # the best baseline's errors arrive next to the program's
+    page.wait_for_function("() => (document.querySelector('#basenote') || {}).textContent?.includes('is the baseline')")
+    assert page.locator(f'#plot circle.sel[data-id="{pid}"]').count() == 1
+    page.screenshot(path=str(tmp_path / "ui.png"))
+
+    # the complexity filter: fewer (or as many) points, matching the API
+    lo = pts["complexity_range"][0]
+    want = len(get(server, f"/api/points?run={built['run']}&max_complexity={lo}")[1]["points"])
+    page.fill("#cx", str(int(lo)))
+    page.press("#cx", "Enter")
+    page.wait_for_function("n => document.querySelectorAll('#plot circle').length === n", arg=want)
+    assert _circles(page) == want <= len(pts["points"])
+
+    # log scale redraws the same points
+    page.check("#logy")
+    assert _circles(page) == want
+
+
+def test_page_overcap_refusal_and_escaping(page, server, built):
+    page.goto(server + "/")
+    page.wait_for_selector("#plot circle")
+    page.locator(f'#plot circle[data-id="{built["overcap"]}"]').click()
+    page.wait_for_selector("#gorefuse")
+    assert "exceeds the Go emission cap" in page.locator("#gorefuse").inner_text()
+    assert "over Go cap" in page.locator("#panel").inner_text()
+
+    page.locator(f'#plot circle[data-id="{built["hostile"]}"]').click()
+    page.wait_for_function("id => document.querySelector('#pid')?.textContent === 'Program #' + id",
+                           arg=built["hostile"])
+    src = page.locator("#src").inner_text()
+    assert '<script>window.__xss=2</script>' in src and "<b>bold</b>" in src
+    page.wait_for_selector("#gocode")
+    assert page.evaluate("typeof window.__xss") == "undefined"
+    assert page.locator("#panel img, #panel script, #panel b").count() == 0
+
+    # deep link: the hash selects the program after a reload
+    page.goto(f"{server}/#run={built['run']}&p={built['best']}")
+    page.reload()
+    page.wait_for_function("id => document.querySelector('#pid')?.textContent === 'Program #' + id",
+                           arg=built["best"])
