@@ -167,14 +167,21 @@ class Evaluator:
                 itl = np.mean([s.itl_s for e in exps for s in e.stages if math.isfinite(s.itl_s)]) * 1e6
                 consts[key] = np.array([itl, 0.0, 0.0])
             states = {}
-            for _ in range(2):
+            for rnd in range(2):
                 for e in self.exps:
                     c = consts.get(self._key(e), np.mean(list(consts.values()), axis=0))
                     r = self._sim(f, c, e, record=True)
-                    states[e.id] = r.states
+                    if r.ok or rnd == 0:  # keep the first round's states if the refit misbehaves
+                        states[e.id] = r.states
+                if rnd == 1:
+                    break
                 for key, exps in self._groups().items():
                     st = [s for e in exps for s in self._stage_states(e, states[e.id])]
-                    consts[key], _ = fit_constants(f, consts[key], st, [])
+                    probes = np.ascontiguousarray(np.vstack([
+                        states_to_components(np.vstack([states[e.id][subsample(len(states[e.id]), 1000)],
+                                                        _edge_states(e.kv_blocks * e.block_size)]), self.mv[e.id])
+                        for e in exps]))
+                    consts[key], _ = fit_constants(f, consts[key], st, [], probes)
             self._reference = states
         return self._reference
 

@@ -751,8 +751,9 @@ function drawPlot() {
   const item = (mk, label) => {
     svg.append(mk(lx, 16)); svg.append(sv("text", {x: lx + 12, y: 20}, label)); lx += 22 + 6.3 * label.length;
   };
-  item((x, y) => sv("circle", {cx: x + 4, cy: y, r: 4, fill: "#98a2b3", "fill-opacity": 0.7}), "evaluated");
-  item((x, y) => sv("circle", {cx: x + 4, cy: y, r: 5, fill: "#d92d20"}), "frontier (all objectives)");
+  // legend dots are round rects: every <circle> in the plot is a program
+  item((x, y) => sv("rect", {x: x, y: y - 4, width: 8, height: 8, rx: 4, fill: "#98a2b3", "fill-opacity": 0.7}), "evaluated");
+  item((x, y) => sv("rect", {x: x - 1, y: y - 5, width: 10, height: 10, rx: 5, fill: "#d92d20"}), "frontier (all objectives)");
   item((x, y) => sv("line", {x1: x - 4, x2: x + 9, y1: y, y2: y, class: "fline"}), "complexity–E2E front");
   for (const b of bp) item((x, y) => sv("rect", {x: x, y: y - 4.5, width: 9, height: 9, fill: b.col}), "baseline " + b.name);
 }
