@@ -456,6 +456,11 @@ background:var(--card);padding:14px 18px}
 .card{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:10px 12px;margin-bottom:14px}
 .card h2{font-size:14px;margin:2px 2px 8px;font-weight:600}
 #plot{display:block;width:100%;height:auto;user-select:none}
+#legend{display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px;color:#475467;margin:0 4px 2px 64px}
+#legend span{display:inline-flex;align-items:center;gap:6px}
+.mk{display:inline-block;width:9px;height:9px} .mk.dot{border-radius:50%;background:#98a2b3;opacity:.8}
+.mk.dot.front{width:10px;height:10px;background:#d92d20;opacity:1}
+.mk.dash{width:16px;height:0;border-top:2px dashed #d92d20} .mk.sq{border-radius:1.5px}
 #plot .grid{stroke:#eef0f3} #plot .axis{stroke:#98a2b3} #plot text{fill:#475467;font-size:11px}
 #plot .lab{font-size:12.5px;fill:#344054} #plot .plab{font-size:10.5px;fill:#b42318}
 #plot circle{cursor:pointer} #plot circle.pt{fill:var(--pt);fill-opacity:.55;stroke:rgba(0,0,0,0);stroke-width:6}
@@ -508,7 +513,8 @@ td.good{color:var(--good)} td.bad{color:var(--bad)} td.b{color:#98a2b3}
 </header>
 <main>
   <div id="left">
-    <div class="card"><h2>Complexity vs mean E2E error</h2><svg id="plot" role="img" aria-label="frontier plot"></svg></div>
+    <div class="card"><h2>Complexity vs mean E2E error</h2><div id="legend"></div>
+      <svg id="plot" role="img" aria-label="frontier plot"></svg></div>
     <div class="card"><h2>Frontier <span class="muted small" id="fcount"></span></h2>
       <div class="tw"><table id="ftable"></table></div></div>
   </div>
@@ -574,13 +580,14 @@ function readHash() {
 }
 function writeHash() {
   const parts = ["run=" + encodeURIComponent(S.run)];
+  if (S.logTouched) parts.push("log=" + ($("#logy").checked ? 1 : 0));
   if (S.sel !== null) parts.push("p=" + S.sel);
   history.replaceState(null, "", "#" + parts.join("&"));
 }
 
 async function init() {
   const hs = readHash();
-  $("#logy").checked = hs.log === "1";
+  if (hs.log === "1" || hs.log === "0") { $("#logy").checked = hs.log === "1"; S.logTouched = true; }
   let r;
   try { r = await api("/api/runs"); } catch (e) { $("#status").textContent = "error: " + e.message; return; }
   S.runs = r.runs;
@@ -599,7 +606,7 @@ async function init() {
   cxr.addEventListener("input", () => { cx.value = cxr.value; clearTimeout(timer); timer = setTimeout(() => apply(cxr.value), 120); });
   cx.addEventListener("change", () => { cxr.value = cx.value; clearTimeout(timer); apply(cx.value); });
   cx.addEventListener("keydown", (ev) => { if (ev.key === "Enter") cx.dispatchEvent(new Event("change")); });
-  $("#logy").addEventListener("change", drawAll);
+  $("#logy").addEventListener("change", () => { S.logTouched = true; drawPlot(); writeHash(); });
   window.addEventListener("resize", () => { clearTimeout(S.rt); S.rt = setTimeout(drawAll, 100); });
   await loadPoints(true);
   if (hs.p && /^[0-9]+$/.test(hs.p)) select(Number(hs.p));
@@ -616,6 +623,10 @@ async function loadPoints(newRun) {
   S.points = r.points;
   if (newRun || !S.range) {
     S.range = r.complexity_range;
+    if (!S.logTouched) {  // a log axis by default when the errors span more than 20x
+      const es = S.points.map((p) => p.e2e_mean).filter((v) => v > 0);
+      $("#logy").checked = es.length > 1 && Math.max(...es) / Math.min(...es) > 20;
+    }
     const lo = S.range ? Math.floor(S.range[0]) : 0, hi = S.range ? Math.ceil(S.range[1]) : 0;
     for (const el of [$("#cxr"), $("#cx")]) { el.min = lo; el.max = hi; el.value = hi; }
     S.maxC = null;
@@ -684,7 +695,7 @@ function drawPlot() {
   while (svg.firstChild) svg.removeChild(svg.firstChild);
   const W = Math.max(svg.parentNode.clientWidth - 24, 420), H = Math.round(Math.min(Math.max(W * 0.55, 330), 520));
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`); svg.setAttribute("width", W); svg.setAttribute("height", H);
-  const ml = 64, mr = 18, mt = 34, mb = 46;
+  const ml = 64, mr = 18, mt = 12, mb = 46;
   const pts = S.points, bp = baselinePoints();
   const logy = $("#logy").checked;
   const xs = pts.map((p) => p.complexity).concat(bp.map((b) => b.c));
@@ -736,7 +747,7 @@ function drawPlot() {
     const cls = "pt" + (p.frontier ? " front" : "") + (p.id === S.sel ? " sel" : "");
     const c = sv("circle", {cx: px(p.complexity).toFixed(1), cy: py(p.e2e_mean).toFixed(1),
                             r: p.id === S.sel ? 7.5 : (p.frontier ? 5.5 : 4), class: cls, "data-id": p.id});
-    c.addEventListener("click", () => select(p.id));
+    c.addEventListener("click", () => { hideTip(); select(p.id); });
     c.addEventListener("mousemove", (ev) => tip(ev,
       `#${p.id}${p.frontier ? "  (frontier)" : ""}  ${p.operator || ""}\ncomplexity ${num(p.complexity)}\n` +
       `E2E ${pct(p.e2e_mean)}  worst ${pct(p.e2e_worst)}\nTTFT ${pct(p.ttft_mean)}  ITL ${pct(p.itl_mean)}`));
@@ -746,16 +757,14 @@ function drawPlot() {
       svg.append(sv("text", {x: px(p.complexity) + 8, y: py(p.e2e_mean) - 7, class: "plab"}, "#" + p.id));
     }
   }
-  // legend
-  let lx = ml;
-  const item = (mk, label) => {
-    svg.append(mk(lx, 16)); svg.append(sv("text", {x: lx + 12, y: 20}, label)); lx += 22 + 6.3 * label.length;
-  };
-  // legend dots are round rects: every <circle> in the plot is a program
-  item((x, y) => sv("rect", {x: x, y: y - 4, width: 8, height: 8, rx: 4, fill: "#98a2b3", "fill-opacity": 0.7}), "evaluated");
-  item((x, y) => sv("rect", {x: x - 1, y: y - 5, width: 10, height: 10, rx: 5, fill: "#d92d20"}), "frontier (all objectives)");
-  item((x, y) => sv("line", {x1: x - 4, x2: x + 9, y1: y, y2: y, class: "fline"}), "complexity–E2E front");
-  for (const b of bp) item((x, y) => sv("rect", {x: x, y: y - 4.5, width: 9, height: 9, fill: b.col}), "baseline " + b.name);
+  drawLegend(bp);
+}
+function drawLegend(bp) {
+  const mk = (cls, style) => h("i", {class: "mk " + cls, style: style || null});
+  const items = [[mk("dot"), "evaluated"], [mk("dot front"), "frontier (all objectives)"],
+                 [mk("dash"), "complexity–E2E front"]];
+  for (const b of bp) items.push([mk("sq", "background:" + b.col), "baseline " + b.name]);
+  $("#legend").replaceChildren(...items.map(([m, t]) => h("span", null, m, t)));
 }
 function tip(ev, text) {
   const t = $("#tip"); t.textContent = text; t.style.display = "block";

@@ -277,7 +277,7 @@ def test_page_overcap_refusal_and_escaping(page, server, built):
                            arg=built["hostile"])
     src = page.locator("#src").inner_text()
     assert '<script>window.__xss=2</script>' in src and "<b>bold</b>" in src
-    page.wait_for_selector("#gocode")
+    page.wait_for_selector("#gocode, #gorefuse")  # its borrowed constants do not fit: refused
     assert page.evaluate("typeof window.__xss") == "undefined"
     assert page.locator("#panel img, #panel script, #panel b").count() == 0
 
