@@ -287,13 +287,19 @@ def to_evaluation(record: Mapping):
 class Archive:
     """All persistent state of StepEvolve. Safe to use from several processes at once."""
 
-    def __init__(self, path: str | os.PathLike = "archive.db", echo: bool = False):
+    def __init__(self, path: str | os.PathLike = "archive.db", echo: bool = False, readonly: bool = False):
+        """readonly: for viewers; takes no lock on opening (a running search never waits for
+        it) and refuses a missing file instead of creating one."""
         self.path = Path(path).expanduser().resolve()
         self.echo = echo
         self._engine = None
         self._reader = None
         self._pid = None
-        self._ensure_schema()
+        if readonly:
+            if not self.path.is_file():
+                raise ArchiveError(f"no archive at {self.path}")
+        else:
+            self._ensure_schema()
 
     # ------------------------------------------------------------ engine / sessions
     @property

@@ -217,16 +217,16 @@ def cmd_pilot(args) -> int:
 
 def cmd_emit_go(args) -> int:
     from evaluator.data import load
-    from evolve.archive import Archive
     from evolve.program import parse_program
     from go_emit.emit import GoEmitError, emit_go
-    rec = Archive(args.archive).program(args.program_id)
+    archive = _read_archive(args.archive)
+    rec = archive.program(args.program_id)
     if rec is None:
         sys.exit(f"error: no program {args.program_id} in {args.archive}")
     ev = rec.get("evaluation") or {}
     if not ev.get("valid") or not ev.get("constants"):
         sys.exit(f"error: program {args.program_id} has no valid evaluation with fitted constants")
-    run = Archive(args.archive).get_run(rec["run_id"]) or {}
+    run = archive.get_run(rec["run_id"]) or {}
     gt = load((run.get("config") or {}).get("data"))
     vectors = {e.model: e.model_vec(gt.hardware) for e in gt.experiments}
     consts = ev["constants"]
@@ -277,10 +277,26 @@ def _best_baseline(baselines):
     return min(ok.items(), key=lambda kv: kv[1].objectives.get("e2e_mean", math.inf)) if ok else (None, None)
 
 
+def _read_archive(path):
+    from evolve.archive import Archive, ArchiveError
+    try:
+        return Archive(path, readonly=True)
+    except ArchiveError as e:
+        sys.exit(f"error: {e}")
+
+
+def cmd_ui(args) -> int:
+    from evolve.ui import serve
+    try:
+        serve(args.archive, host=args.host, port=args.port, open_browser=False)
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"error: {e}")
+    return 0
+
+
 def cmd_frontier(args) -> int:
-    from evolve.archive import Archive
     from evolve.views import frontier_table, render_frontier
-    rows = frontier_table(Archive(args.archive), args.run)
+    rows = frontier_table(_read_archive(args.archive), args.run)
     rows = [r for r in rows if not str(r.get("run", "")).startswith("baselines-")]
     if args.json:
         print(json.dumps(rows, indent=1, default=float))
@@ -374,6 +390,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--program", type=int, default=None, help="program detailed (default: best E2E)")
     rp.add_argument("-o", "--output", default="report.html")
     rp.set_defaults(func=cmd_report)
+
+    u = sub.add_parser("ui", help="local web app over the archive (127.0.0.1)")
+    u.add_argument("--archive", default="archive.db", metavar="PATH")
+    u.add_argument("--host", default="127.0.0.1")
+    u.add_argument("--port", type=int, default=8765)
+    u.set_defaults(func=cmd_ui)
 
     b = sub.add_parser("baselines", help="fit and score the three baselines")
     data_opts(b)

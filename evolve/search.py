@@ -5,8 +5,9 @@ candidates are proposed from a seeded random generator and the archive state bef
 evaluated in parallel, and integrated in proposal order. Cascade: every candidate is
 screened with the cheap fit (one simulation); only those that would enter the frontier or
 improve their MAP-Elites cell get the full fit (refinement on their own simulation).
-Every candidate is written to the archive in one transaction with its evaluation, so a
-killed run loses at most the generation in flight and `--resume` continues it.
+Every candidate is written to the archive in one transaction with its evaluation as soon as
+it and every earlier candidate of its generation are settled, so a killed run loses only the
+candidates in flight (and any finished one waiting on them); `--resume` continues the run.
 """
 from __future__ import annotations
 
@@ -248,6 +249,21 @@ class Search:
         return out
 
     # -------------------------------------------------------------- evaluation
+    def _write(self, item: tuple, r: dict, stage: str) -> None:
+        """One candidate and its evaluation, in one archive transaction."""
+        prog, parents, op = item[0], item[1], item[2]
+        r = dict(r)
+        r.setdefault("objectives", {})
+        if not r.get("valid"):
+            r["objectives"] = {k: math.inf for k in ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean",
+                                                     "itl_mean")} | {"complexity": float(prog.complexity.total)}
+        pid = self.archive.add_candidate(
+            self.run_id, prog, parents=parents, operator=op, generation=self.generation,
+            evaluation=_clean(r), stage=stage, llm_model=self.cfg.llm if op.startswith("llm") else None,
+            llm_cache_key=item[3] if len(item) > 3 else None)
+        if stage == "full":
+            self.state.add(Member(pid, prog, r["objectives"], self.generation))
+
     def _evaluate_batch(self, batch: list[tuple], screen: bool) -> None:
         todo = []
         seen: dict[str, int] = {}
@@ -265,27 +281,37 @@ class Search:
             todo.append((i, item))
         if not todo:
             return
+        # Stream: candidates are written in proposal order as soon as they and every earlier
+        # one are settled, so a killed run loses only those in flight (or waiting on one).
         pool = self._pool()
-        res = pool.run([Job(i, item[0].source, not screen) for i, item in todo])
-        full = {}
-        if screen:
-            again = [Job(i, item[0].source, True) for i, item in todo
-                     if res[i].get("valid") and self.state.would_enter(res[i]["objectives"], item[0])]
-            full = pool.run(again) if again else {}
-        for i, item in todo:  # integrate in proposal order: reproducible whatever the worker count
-            prog, parents, op = item[0], item[1], item[2]
-            r = full.get(i, res[i])
-            stage = "full" if (i in full or not screen) else "screen"
-            r.setdefault("objectives", {})
-            if not r.get("valid"):
-                r["objectives"] = {k: math.inf for k in ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean",
-                                                         "itl_mean")} | {"complexity": float(prog.complexity.total)}
-            pid = self.archive.add_candidate(
-                self.run_id, prog, parents=parents, operator=op, generation=self.generation,
-                evaluation=_clean(r), stage=stage, llm_model=self.cfg.llm if op.startswith("llm") else None,
-                llm_cache_key=item[3] if len(item) > 3 else None)
-            if stage == "full":
-                self.state.add(Member(pid, prog, r["objectives"], self.generation))
+        full_key = 1 << 30
+        for i, item in todo:
+            pool.submit(Job(i, item[0].source, not screen))
+        first: dict[int, dict] = {}
+        full: dict[int, dict] = {}
+        waiting: set[int] = set()
+        k = 0
+        while k < len(todo):
+            for key, r in pool.poll().items():
+                if key >= full_key:
+                    full[key - full_key] = r
+                    waiting.discard(key - full_key)
+                else:
+                    first[key] = r
+            while k < len(todo):
+                i, item = todo[k]
+                if i in full:
+                    self._write(item, full[i], "full")
+                elif i in waiting or i not in first:
+                    break
+                elif screen and first[i].get("valid") and self.state.would_enter(first[i]["objectives"], item[0]):
+                    pool.submit(Job(full_key + i, item[0].source, True), first=True)
+                    waiting.add(i)
+                    break
+                else:
+                    self._write(item, first[i], "screen" if screen else "full")
+                k += 1
+            time.sleep(0.002)
         self.archive.set_frontier(self.run_id, [m.id for m in self.state.frontier])
         self.archive.set_cells(self.run_id, {k: m.id for k, m in sorted(self.state.cells.items())})
         best = min((m for m in self.state.frontier), key=lambda m: m.objectives["e2e_mean"], default=None)

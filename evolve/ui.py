@@ -40,7 +40,6 @@ import sqlite3
 import sys
 import threading
 import traceback
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -67,16 +66,9 @@ class UIError(Exception):
 
 # ---------------------------------------------------------------- archive access
 
-class _ReadArchive(Archive):
-    """An Archive that skips the schema check: opening it takes no lock at all."""
-
-    def _ensure_schema(self) -> None:
-        pass
-
-
 @contextlib.contextmanager
 def _open(path: Path):
-    a = _ReadArchive(path)
+    a = Archive(path, readonly=True)
     try:
         yield a
     finally:
@@ -283,6 +275,9 @@ class _App:
                 archive = Archive(self.path)  # the one place that may write (stores the baselines once)
                 try:
                     evs = _baselines_for(archive, run)
+                except Exception as e:  # noqa: BLE001 - e.g. the run's data directory is gone
+                    traceback.print_exc(file=sys.stderr)
+                    raise UIError(500, f"the baselines could not be computed: {type(e).__name__}: {e}") from None
                 finally:
                     archive.close()
                 out = {}
@@ -371,14 +366,14 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
         except Exception:  # noqa: BLE001 - never leak a traceback to the client
-            if getattr(self.server, "verbose", True):
-                traceback.print_exc(file=sys.stderr)
+            traceback.print_exc(file=sys.stderr)  # the server's log only
             with contextlib.suppress(Exception):
                 self._json(500, {"error": "internal error (see the server's log)"})
 
     do_HEAD = do_GET
 
     def _not_allowed(self) -> None:
+        self.close_connection = True  # the request body is never read
         self._json(405, {"error": "method not allowed (the UI is read-only)"})
 
     do_POST = do_PUT = do_DELETE = do_PATCH = _not_allowed

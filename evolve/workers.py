@@ -68,50 +68,69 @@ class WorkerPool:
         self.recycle = recycle
         self.workers = [_Worker(self.ctx, *self.args) for _ in range(max(1, workers))]
         self.killed = 0
+        self.pending: list[Job] = []
 
     def _replace(self, i):
         self.workers[i].kill()
         self.workers[i] = _Worker(self.ctx, *self.args)
 
-    def run(self, jobs: list[Job]) -> dict[int, dict]:
-        pending = list(jobs)
+    def submit(self, job: Job, first: bool = False) -> None:
+        if first:
+            self.pending.insert(0, job)
+        else:
+            self.pending.append(job)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.pending) or any(w.job for w in self.workers)
+
+    def poll(self) -> dict[int, dict]:
+        """Hand out pending jobs, collect finished ones, kill overdue ones; never blocks."""
         results: dict[int, dict] = {}
-        while pending or any(w.job for w in self.workers):
-            for i, w in enumerate(self.workers):
-                if not w.ready:
-                    if w.conn.poll(0):
-                        try:
-                            w.conn.recv()
-                            w.ready = True
-                        except EOFError:
-                            self._replace(i)
-                    elif not w.proc.is_alive():
+        for i, w in enumerate(self.workers):
+            if not w.ready:
+                if w.conn.poll(0):
+                    try:
+                        w.conn.recv()
+                        w.ready = True
+                    except EOFError:
                         self._replace(i)
-                    continue
-                if w.job is None and pending:
-                    w.job = pending.pop(0)
-                    w.started = time.monotonic()
-                    w.conn.send((w.job.key, w.job.source, w.job.refine))
-                elif w.job is not None:
-                    if w.conn.poll(0):
-                        try:
-                            _, (key, res) = w.conn.recv()
-                            results[key] = res
-                        except EOFError:
-                            results[w.job.key] = {"valid": False, "error": "worker died", "objectives": {}}
-                            self._replace(i)
-                            continue
-                        w.job = None
-                        w.done += 1
-                        if w.done >= self.recycle:
-                            w.conn.send(None)
-                            self._replace(i)
-                    elif time.monotonic() - w.started > self.timeout_s or not w.proc.is_alive():
-                        why = "killed: over the wall-clock limit" if w.proc.is_alive() else "worker died"
-                        results[w.job.key] = {"valid": False, "error": f"{why} ({self.timeout_s:.0f} s)",
-                                              "objectives": {}}
-                        self.killed += 1
+                elif not w.proc.is_alive():
+                    self._replace(i)
+                continue
+            if w.job is None and self.pending:
+                w.job = self.pending.pop(0)
+                w.started = time.monotonic()
+                w.conn.send((w.job.key, w.job.source, w.job.refine))
+            elif w.job is not None:
+                if w.conn.poll(0):
+                    try:
+                        _, (key, res) = w.conn.recv()
+                        results[key] = res
+                    except EOFError:
+                        results[w.job.key] = {"valid": False, "error": "worker died", "objectives": {}}
                         self._replace(i)
+                        continue
+                    w.job = None
+                    w.done += 1
+                    if w.done >= self.recycle:
+                        w.conn.send(None)
+                        self._replace(i)
+                elif time.monotonic() - w.started > self.timeout_s or not w.proc.is_alive():
+                    why = "killed: over the wall-clock limit" if w.proc.is_alive() else "worker died"
+                    results[w.job.key] = {"valid": False, "error": f"{why} ({self.timeout_s:.0f} s)",
+                                          "objectives": {}}
+                    self.killed += 1
+                    self._replace(i)
+        return results
+
+    def run(self, jobs: list[Job]) -> dict[int, dict]:
+        """Evaluate a batch and wait for all of it."""
+        for j in jobs:
+            self.submit(j)
+        results: dict[int, dict] = {}
+        while self.busy:
+            results.update(self.poll())
             time.sleep(0.002)
         return results
 

@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-if [ -f scripts/install_go.sh ]; then bash scripts/install_go.sh; fi
+bash scripts/install_go.sh        # Debian golang-go, for the Go parity tests
+bash scripts/install_browser.sh   # Debian chromium + playwright, for the UI end-to-end test
 export STEPEVOLVE_DATA="${STEPEVOLVE_DATA:-$(cd .. && pwd)/shared/data}"
 exec .venv/bin/python -m pytest "$@"

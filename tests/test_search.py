@@ -1,7 +1,6 @@
 """The evolution loop on the embedded default: reproducible, resumable, survives runaway candidates."""
 import sqlite3
 
-import pytest
 
 from evolve.archive import Archive
 from evolve.search import RunConfig, Search

@@ -1,9 +1,7 @@
 """The search with the LLM operator through litellm's real client, against a local stub server;
 then the same run replayed from the archive's cache with the server gone."""
-import re
 import sqlite3
 
-import pytest
 
 from evolve.archive import Archive
 from evolve.search import RunConfig, Search

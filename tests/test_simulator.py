@@ -1,6 +1,5 @@
 """The numba simulator: conservation laws, scheduling limits, no recompilation per predictor."""
 import numpy as np
-import pytest
 
 from evaluator import simulator as S
 from evaluator.simulator import Workload, simulate

@@ -13,7 +13,6 @@ import textwrap
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
