@@ -38,7 +38,7 @@ import re
 from collections.abc import Sequence
 
 from evaluator.components import COMPONENT_INDEX, COMPONENTS
-from evolve.program import ALLOWED_CALLS, FUNC_NAME, Program, ProgramError, _call_name, parse_program
+from evolve.program import ALLOWED_CALLS, FUNC_NAME, Program, ProgramError, _call_name, parse_program, parse_source
 
 __all__ = ["OPERATORS", "OPERATOR_WEIGHTS", "MutationError", "OfflineMutator"]
 
@@ -275,7 +275,7 @@ def _normalize_calls(func: ast.FunctionDef) -> None:
 
 
 def _template(src: str, hole: ast.expr | None = None) -> ast.expr:
-    node = ast.parse(src, mode="eval").body
+    node = parse_source(src, mode="eval").body
     if hole is None:
         return node
     if isinstance(node, ast.Name) and node.id == HOLE:
@@ -302,7 +302,7 @@ class _Work:
     """A mutable copy of one program: ordered constants and the function AST."""
 
     def __init__(self, prog: Program):
-        tree = ast.parse(prog.source)
+        tree = parse_source(prog.source)
         self.consts: dict[str, float] = dict(prog.constants)
         self.func: ast.FunctionDef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
         self.params = list(prog.params)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import math
+import threading
 from dataclasses import dataclass, field
 
 import numba
@@ -42,6 +43,18 @@ MAX_NODES = 2_000
 
 SIGNATURE = PREDICTOR_SIGNATURE
 __all__ = ["PREDICTOR_TYPE", "SIGNATURE", "Program", "ProgramError", "parse_program"]
+
+
+_AST_LOCK = threading.RLock()
+
+
+def parse_source(source: str, mode: str = "exec") -> ast.AST:
+    """ast.parse under a process-wide lock. CPython 3.11 keeps the AST validator's recursion
+    depth in shared state, so parses racing in threads (the LLM operator builds prompts in a
+    thread while the loop parses candidates) fail with "AST constructor recursion depth
+    mismatch"."""
+    with _AST_LOCK:
+        return ast.parse(source, mode=mode)
 
 
 class ProgramError(ValueError):
@@ -106,7 +119,7 @@ class Program:
 
     def with_constants(self, values) -> str:
         """The source with constant values replaced (e.g. fitted ones), same structure."""
-        tree = ast.parse(self.source)
+        tree = parse_source(self.source)
         vals = dict(zip(self.const_names, [float(v) for v in values]))
         for node in tree.body:
             if isinstance(node, ast.Assign) and node.targets[0].id in vals:
@@ -296,7 +309,7 @@ def parse_program(source: str) -> Program:
     if len(source) > MAX_SOURCE_CHARS:
         raise ProgramError(f"program longer than {MAX_SOURCE_CHARS} characters")
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError as e:
         raise ProgramError(f"syntax error: {e.msg} (line {e.lineno})") from None
     constants: dict[str, float] = {}
@@ -434,7 +447,7 @@ class _Canon(ast.NodeTransformer):
 
 def canonical_source(prog: Program) -> str:
     """Structure only: constant values dropped, locals and constants renamed, math.X -> X."""
-    func = ast.parse(ast.unparse(prog.func)).body[0]
+    func = parse_source(ast.unparse(prog.func)).body[0]
     func.body = [s for s in func.body
                  if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     canon = _Canon(prog.const_names)
@@ -452,7 +465,7 @@ def canonical_hash(prog: Program) -> str:
 
 def kernel_source(prog: Program, use_math_module: bool = True) -> str:
     """Python source of f(x, c) equivalent to the program (already validated)."""
-    func = ast.parse(ast.unparse(prog.func)).body[0]
+    func = parse_source(ast.unparse(prog.func)).body[0]
 
     class Floatify(ast.NodeTransformer):
         def visit_Constant(self, node):
@@ -484,7 +497,9 @@ def kernel_source(prog: Program, use_math_module: bool = True) -> str:
 def _exec_kernel(prog: Program, use_math_module: bool):
     src = kernel_source(prog, use_math_module)
     ns: dict = {"math": math, "__builtins__": {"max": max, "min": min, "abs": abs}}
-    exec(compile(src, f"<program {prog.hash}>", "exec"), ns)  # noqa: S102 - AST-validated above
+    with _AST_LOCK:
+        code = compile(src, f"<program {prog.hash}>", "exec")
+    exec(code, ns)  # noqa: S102 - AST-validated above
     return ns["_kernel"]
 
 

@@ -100,3 +100,24 @@ def test_huge_integer_literal_is_a_clear_rejection():
         parse_program("C = " + "9" * 400 + "\ndef predict_step_time(P):\n    return C * P\n")
     with pytest.raises(ProgramError, match="non-finite"):
         parse_program("def predict_step_time(P):\n    return P * " + "9" * 400 + "\n")
+
+
+def test_parsing_from_threads_is_safe():
+    """The LLM operator builds prompts in a thread while the loop parses candidates."""
+    import threading
+    srcs = list(seed_sources().values())
+    errors = []
+
+    def work():
+        try:
+            for _ in range(200):
+                for s in srcs:
+                    parse_program(s)
+        except Exception as e:  # noqa: BLE001 - any failure is the finding
+            errors.append(e)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
