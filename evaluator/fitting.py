@@ -13,6 +13,7 @@ arrival shifts the whole simulation, so they do not interact with scheduling.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,8 +100,12 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
 
     scale = np.maximum(np.abs(x0), 1e-3)
     try:
-        res = least_squares(residuals, x0, method="trf", x_scale=scale, max_nfev=max_nfev * (x0.size + 1),
-                            diff_step=1e-4)
+        # candidates explore wild constants: overflow inside the optimizer is expected and
+        # handled (residuals are clamped), so keep it off the user's terminal
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            res = least_squares(residuals, x0, method="trf", x_scale=scale,
+                                max_nfev=max_nfev * (x0.size + 1), diff_step=1e-4)
         x, cost = res.x, float(res.cost)
     except (ValueError, FloatingPointError):
         x, cost = x0, float(np.sum(residuals(x0) ** 2) / 2)
