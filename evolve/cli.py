@@ -15,6 +15,11 @@ def _pct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:.1f}%"
 
 
+def _console() -> Console:
+    """Full-width tables when piped (a terminal keeps its own width)."""
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
 def _load_gt(args):
     from evaluator.data import DataError, load
     try:
@@ -32,7 +37,7 @@ def cmd_baselines(args) -> int:
     if args.json:
         print(json.dumps({"mode": gt.mode, "source": gt.source, "records": baseline_records(res)}, indent=1))
         return 0
-    con = Console(width=None if sys.stdout.isatty() else 200)
+    con = _console()
     t = Table(title=f"Baselines on {gt.source} ({gt.mode} mode, held-out last "
                     f"{100 * (1 - args.train_fraction):.0f}% of each stage)")
     t.add_column("experiment")
@@ -211,7 +216,7 @@ def cmd_pilot(args) -> int:
         fmt = _pct if "error" in name or "MAPE" in name else (lambda x: f"{x:.3g}")
         t.add_row(name, fmt(float(np.nanmedian(a))), fmt(float(np.nanmin(a))), fmt(float(np.nanmax(a))),
                   *[fmt(v) for v in vals])
-    Console(width=None if sys.stdout.isatty() else 200).print(t)
+    _console().print(t)
     return 0
 
 
@@ -301,7 +306,7 @@ def cmd_frontier(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=1, default=float))
     else:
-        render_frontier(rows, Console(width=None if sys.stdout.isatty() else 200))
+        render_frontier(rows, _console())
     return 0
 
 
@@ -313,7 +318,7 @@ def cmd_show(args) -> int:
     if rec is None:
         sys.exit(f"error: no program {args.program_id} in {args.archive}")
     name, base = _best_baseline(_baselines_for(archive, rec["run_id"]))
-    con = Console(width=None if sys.stdout.isatty() else 200)
+    con = _console()
     if name:
         con.print(f"baseline shown alongside: {name} (lowest mean E2E error of the three)")
     show_program(archive, args.program_id, con, baseline_rows=base.rows if base else None)

@@ -45,6 +45,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from evolve.archive import Archive
+from evolve.views import finite_or_none
 
 __all__ = ["make_server", "serve", "UIError"]
 
@@ -107,12 +108,7 @@ def _clean(o):
     return str(o)
 
 
-def _fnum(v) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
+_fnum = finite_or_none
 
 
 # ---------------------------------------------------------------- the application

@@ -31,7 +31,8 @@ def _bcolor(j: int) -> str:
 
 # ---------------------------------------------------------------- small helpers
 
-def _num(v) -> float | None:
+def finite_or_none(v) -> float | None:
+    """float(v) when it is a finite number, else None (NaN, inf, None, junk)."""
     try:
         x = float(v)
     except (TypeError, ValueError):
@@ -40,14 +41,14 @@ def _num(v) -> float | None:
 
 
 def _fmt_err(v) -> str:
-    x = _num(v)
+    x = finite_or_none(v)
     if x is None:
         return "—" if v is None else str(v)
     return f"{100 * x:.1f}%" if x < 10 else f"{x:.3g}x"
 
 
 def _fmt(v, digits=3) -> str:
-    x = _num(v)
+    x = finite_or_none(v)
     if x is None:
         return "—" if v is None else str(v)
     if x == int(x) and abs(x) < 1e6:
@@ -80,7 +81,7 @@ def _row_key(r: Mapping) -> tuple[str, int]:
 
 
 def _mean(xs) -> float | None:
-    xs = [x for x in (_num(v) for v in xs) if x is not None]
+    xs = [x for x in (finite_or_none(v) for v in xs) if x is not None]
     return sum(xs) / len(xs) if xs else None
 
 
@@ -99,7 +100,7 @@ def frontier_table(archive, run: str | None = None) -> list[dict]:
     out = []
     for r in archive.frontier(run):
         obj = r.get("objectives") or {}
-        cx = _num(obj.get("complexity"))
+        cx = finite_or_none(obj.get("complexity"))
         d = {"id": r["id"], "complexity": int(cx) if cx is not None and cx == int(cx) else
              (cx if cx is not None else r.get("complexity"))}
         for k in ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean"):
@@ -109,7 +110,7 @@ def frontier_table(archive, run: str | None = None) -> list[dict]:
         out.append(d)
 
     def key(d):
-        e = _num(d["e2e_mean"])
+        e = finite_or_none(d["e2e_mean"])
         return (d["complexity"] if d["complexity"] is not None else 10**9, e if e is not None else math.inf, d["id"])
     return sorted(out, key=key)
 
@@ -465,10 +466,10 @@ details{margin:4px 0} summary{cursor:pointer} .bad{color:#b00} .ok{color:#070}
 
 def _e2e_c(rec) -> tuple[float | None, float | None]:
     obj = rec.get("objectives") or {}
-    c = _num(obj.get("complexity"))
+    c = finite_or_none(obj.get("complexity"))
     if c is None:
-        c = _num(rec.get("complexity"))
-    return c, _num(obj.get("e2e_mean"))
+        c = finite_or_none(rec.get("complexity"))
+    return c, finite_or_none(obj.get("e2e_mean"))
 
 
 def _progress(evals: list[dict], ref: tuple[float, float]):
@@ -537,9 +538,9 @@ def _program_html(rec: dict, baselines: dict[str, Any]) -> str:
         bmaps = {name: {_row_key(r): r for r in _rows_of(b)} for name, b in baselines.items()}
         charts = []
         for m, lab in (("e2e", "E2E"), ("ttft", "TTFT"), ("itl", "ITL")):
-            groups = [(f"#{rec['id']}", PALETTE[0], [_num(r.get(f"{m}_err")) for r in rows])]
+            groups = [(f"#{rec['id']}", PALETTE[0], [finite_or_none(r.get(f"{m}_err")) for r in rows])]
             for j, (name, bm) in enumerate(bmaps.items(), start=1):
-                groups.append((name, _bcolor(j - 1), [_num(bm.get(k, {}).get(f"{m}_err")) for k in keys]))
+                groups.append((name, _bcolor(j - 1), [finite_or_none(bm.get(k, {}).get(f"{m}_err")) for k in keys]))
             charts.append(_bar_chart(cats, groups, f"{lab} relative error", f"{lab} error per experiment and stage"))
         parts.append('<div class="plots">' + "".join(charts) + "</div>")
     return "".join(parts)
@@ -567,7 +568,7 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     base_pts = []
     for j, (name, b) in enumerate(baselines.items(), start=1):
         obj = _objectives_of(b)
-        c, e = _num(obj.get("complexity")), _num(obj.get("e2e_mean"))
+        c, e = finite_or_none(obj.get("complexity")), finite_or_none(obj.get("e2e_mean"))
         if e is None:
             e = _mean(x.get("e2e_err") for x in _rows_of(b))
         if c is not None and e is not None:
@@ -599,15 +600,15 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     pareto_svg = p.svg(note if pts else "no valid full evaluations yet")
 
     # -------- TTFT vs ITL
-    tp = [(r, _num((r.get("objectives") or {}).get("itl_mean")), _num((r.get("objectives") or {}).get("ttft_mean")))
+    tp = [(r, finite_or_none((r.get("objectives") or {}).get("itl_mean")), finite_or_none((r.get("objectives") or {}).get("ttft_mean")))
           for r in valid]
     tp = [t for t in tp if t[1] is not None and t[2] is not None]
     bt = []
     for j, (name, b) in enumerate(baselines.items(), start=1):
         rows = _rows_of(b)
         obj = _objectives_of(b)
-        x = _num(obj.get("itl_mean")) if obj.get("itl_mean") is not None else _mean(r.get("itl_err") for r in rows)
-        y = _num(obj.get("ttft_mean")) if obj.get("ttft_mean") is not None else _mean(r.get("ttft_err") for r in rows)
+        x = finite_or_none(obj.get("itl_mean")) if obj.get("itl_mean") is not None else _mean(r.get("itl_err") for r in rows)
+        y = finite_or_none(obj.get("ttft_mean")) if obj.get("ttft_mean") is not None else _mean(r.get("ttft_err") for r in rows)
         if x is not None and y is not None:
             bt.append((name, _bcolor(j - 1), x, y))
     xs, ys = [x for _, x, _ in tp] + [x for *_, x, _ in bt], [y for *_, y in tp] + [y for *_, y in bt]
@@ -675,7 +676,7 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
                 if vals[k] is None:
                     vals[k] = _mean(r.get(m) for r in rows)
             if vals["e2e_worst"] is None and rows:
-                vals["e2e_worst"] = max((_num(r.get("e2e_err")) or 0.0) for r in rows)
+                vals["e2e_worst"] = max((finite_or_none(r.get("e2e_err")) or 0.0) for r in rows)
             brow.append(f'<tr><td class="l">{html.escape(name)}</td><td>{_fmt(vals["complexity"])}</td>'
                         + "".join(f"<td>{_fmt_err(vals[k])}</td>" for k in
                                   ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape")) + "</tr>")
