@@ -138,15 +138,15 @@ class Evaluator:
             g.setdefault("*" if self.global_fit else e.model, []).append(e)
         return g
 
+    def _state_probes(self, e, states: np.ndarray) -> np.ndarray:
+        """Components of a subsample of recorded states plus the edge grid of one experiment."""
+        st = states[subsample(len(states), 1000)]
+        return states_to_components(np.vstack([st, _edge_states(e.kv_blocks * e.block_size)]), self.mv[e.id])
+
     def _probes(self, group_exps) -> np.ndarray:
         """Component rows covering what a simulation of these experiments visits."""
         ref = self.reference_states()
-        parts = []
-        for e in group_exps:
-            st = ref[e.id]
-            st = st[subsample(len(st), 1000)]
-            parts.append(states_to_components(np.vstack([st, _edge_states(e.kv_blocks * e.block_size)]),
-                                              self.mv[e.id]))
+        parts = [self._state_probes(e, ref[e.id]) for e in group_exps]
         for rows in self._rows_for(group_exps):
             parts.append(rows.X)  # all of them: validity is checked on every real row
         return np.ascontiguousarray(np.vstack(parts))
@@ -177,10 +177,7 @@ class Evaluator:
                     break
                 for key, exps in self._groups().items():
                     st = [s for e in exps for s in self._stage_states(e, states[e.id])]
-                    probes = np.ascontiguousarray(np.vstack([
-                        states_to_components(np.vstack([states[e.id][subsample(len(states[e.id]), 1000)],
-                                                        _edge_states(e.kv_blocks * e.block_size)]), self.mv[e.id])
-                        for e in exps]))
+                    probes = np.ascontiguousarray(np.vstack([self._state_probes(e, states[e.id]) for e in exps]))
                     consts[key], _ = fit_constants(f, consts[key], st, [], probes)
             self._reference = states
         return self._reference

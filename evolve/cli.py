@@ -225,9 +225,7 @@ def cmd_emit_go(args) -> int:
     from evolve.program import parse_program
     from go_emit.emit import GoEmitError, emit_go
     archive = _read_archive(args.archive)
-    rec = archive.program(args.program_id)
-    if rec is None:
-        sys.exit(f"error: no program {args.program_id} in {args.archive}")
+    rec = _program_or_exit(archive, args)
     ev = rec.get("evaluation") or {}
     if not ev.get("valid") or not ev.get("constants"):
         sys.exit(f"error: program {args.program_id} has no valid evaluation with fitted constants")
@@ -282,6 +280,13 @@ def _best_baseline(baselines):
     return min(ok.items(), key=lambda kv: kv[1].objectives.get("e2e_mean", math.inf)) if ok else (None, None)
 
 
+def _program_or_exit(archive, args) -> dict:
+    rec = archive.program(args.program_id)
+    if rec is None:
+        sys.exit(f"error: no program {args.program_id} in {args.archive}")
+    return rec
+
+
 def _read_archive(path):
     from evolve.archive import Archive, ArchiveError
     try:
@@ -314,9 +319,7 @@ def cmd_show(args) -> int:
     from evolve.archive import Archive
     from evolve.views import show_program
     archive = Archive(args.archive)
-    rec = archive.program(args.program_id)
-    if rec is None:
-        sys.exit(f"error: no program {args.program_id} in {args.archive}")
+    rec = _program_or_exit(archive, args)
     name, base = _best_baseline(_baselines_for(archive, rec["run_id"]))
     con = _console()
     if name:

@@ -16,6 +16,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 
+from evaluator.evaluate import OBJECTIVES
 from evolve.archive import Archive
 from evolve.pareto import cell_key, hypervolume, objective_vector, pareto_front, select_nsga2
 from evolve.program import Program, ProgramError, parse_program
@@ -212,8 +213,8 @@ class Search:
                 break
             kind = "crossover" if self.rng.random() < 0.2 and len(parents) > 1 else None
             use = parents if kind == "crossover" else parents[:1]
-            src, op = self.offline.propose([m.program for m in use], kind=kind)
-            out.append((parse_program(src), [m.id for m in use], op))
+            prog, op = self.offline.propose_program([m.program for m in use], kind=kind)
+            out.append((prog, [m.id for m in use], op))
         return out
 
     def _llm_submit(self, n: int, generation: int):
@@ -255,8 +256,7 @@ class Search:
         r = dict(r)
         r.setdefault("objectives", {})
         if not r.get("valid"):
-            r["objectives"] = {k: math.inf for k in ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean",
-                                                     "itl_mean")} | {"complexity": float(prog.complexity.total)}
+            r["objectives"] = {k: math.inf for k in OBJECTIVES} | {"complexity": float(prog.complexity.total)}
         pid = self.archive.add_candidate(
             self.run_id, prog, parents=parents, operator=op, generation=self.generation,
             evaluation=_clean(r), stage=stage, llm_model=self.cfg.llm if op.startswith("llm") else None,
