@@ -124,11 +124,12 @@ class Evaluator:
                 continue
             idx = idx[subsample(len(idx), MAX_STATES_PER_STAGE)]
             st = states[idx]
-            _, _, itl = self._measured(e, s.index, train)
+            _, ttft, itl = self._measured(e, s.index, train)
             if not math.isfinite(itl):
                 continue
             out.append(StageStates(e.id, s.index, states_to_components(st, self.mv[e.id]),
-                                   np.ascontiguousarray(st[:, 1]), itl * 1e6))
+                                   np.ascontiguousarray(st[:, 1]), itl * 1e6,
+                                   np.ascontiguousarray(st[:, 2]), ttft * 1e6))
         return out
 
     def _groups(self) -> dict[str, list]:
@@ -202,7 +203,13 @@ class Evaluator:
 
     # -------------------------------------------------------------- main entry
     def evaluate(self, program, constants: dict[str, list[float]] | None = None,
-                 overheads: dict[str, dict] | None = None, fit: bool = True, refine: bool = True) -> Evaluation:
+                 overheads: dict[str, dict] | None = None, fit: bool = True, refine: bool = True,
+                 start: dict[str, list[float]] | None = None) -> Evaluation:
+        """Fit (surrogate, then optionally refine on the candidate's own simulation) and score.
+
+        `start`: constants of an earlier surrogate fit of this program (the cascade's screen),
+        used instead of repeating that fit; the result is the same whichever worker runs it.
+        """
         t0 = time.perf_counter()
         f = program.compiled()
         x0 = program.initial_constants
@@ -211,6 +218,8 @@ class Evaluator:
             consts = {k: np.asarray(v, np.float64) for k, v in constants.items()}
         elif not fit:
             consts = {k: x0.copy() for k in groups}
+        elif start is not None and set(start) >= set(groups):
+            consts = {k: np.asarray(start[k], np.float64) for k in groups}
         else:
             ref = self.reference_states()
             consts = {}
@@ -218,30 +227,50 @@ class Evaluator:
                 st = [s for e in exps for s in self._stage_states(e, ref[e.id])]
                 consts[key], _ = fit_constants(f, x0, st, self._rows_for(exps), self._probe(key, exps))
         n_steps = 0
-        results: dict[str, SimResult] = {}
-        for rnd in range(2 if (fit and refine and constants is None) else 1):
-            record = rnd == 0 and fit and refine and constants is None
-            results = {}
-            for e in self.exps:
-                c = self._consts_for(e, consts)
-                if c is None:
-                    return self._invalid(f"no constants for model {e.model}", t0)
-                r = self._sim(f, c, e, record=record)
-                n_steps += r.n_steps
-                if not r.ok:
-                    why = ("invalid prediction (NaN, inf or < 1 us)" if r.status == 1 else
-                           f"runaway simulation (over {r.n_steps} steps: predicted steps far too short)")
-                    return self._invalid(f"{e.id}: {why}", t0, consts)
-                results[e.id] = r
-            if record:
-                for key, exps in groups.items():
-                    st = [s for e in exps for s in self._stage_states(e, results[e.id].states)]
-                    consts[key], _ = fit_constants(f, consts[key], st, self._rows_for(exps), self._probe(key, exps))
+        refine = fit and refine and constants is None
+        results, bad = self._simulate_all(f, consts, record=refine)
+        n_steps += sum(r.n_steps for r in results.values())
+        if bad is not None:
+            return self._invalid(bad, t0, consts)
+        if refine:
+            # Refinement: refit on the candidate's own batch states, simulate again, and keep
+            # the refit only where it pays: its training-part loss must not be worse (a refit
+            # can tip a near-saturated stage into a runaway queue).
+            new = {}
+            for key, exps in groups.items():
+                st = [s for e in exps for s in self._stage_states(e, results[e.id].states)]
+                new[key], _ = fit_constants(f, consts[key], st, self._rows_for(exps), self._probe(key, exps))
+            results2, bad2 = self._simulate_all(f, new, record=False)
+            n_steps += sum(r.n_steps for r in results2.values())
+            if bad2 is None and self._train_loss(f, new, results2) <= self._train_loss(f, consts, results):
+                consts, results = new, results2
         ev = self._score(f, consts, results, overheads)
         ev.sim_steps = n_steps
         ev.seconds = time.perf_counter() - t0
         ev.objectives["complexity"] = float(program.complexity.total)
         return ev
+
+    def _simulate_all(self, f, consts, record=False) -> tuple[dict[str, SimResult], str | None]:
+        """Simulate every experiment; (results, why invalid or None)."""
+        results = {}
+        for e in self.exps:
+            c = self._consts_for(e, consts)
+            if c is None:
+                return results, f"no constants for model {e.model}"
+            r = self._sim(f, c, e, record=record)
+            if not r.ok:
+                why = ("invalid prediction (NaN, inf or < 1 us)" if r.status == 1 else
+                       f"runaway simulation (over {r.n_steps} steps: predicted steps far too short)")
+                return results, f"{e.id}: {why}"
+            results[e.id] = r
+        return results, None
+
+    def _train_loss(self, f, consts, results) -> float:
+        """Cell-elitism scalar (E2E + 0.25 ITL + 0.1 TTFT error) on the training part only."""
+        ev = self._score(f, consts, results, None, part="train")
+        o = ev.objectives
+        loss = o.get("e2e_mean", math.inf) + 0.25 * o.get("itl_mean", math.inf) + 0.1 * o.get("ttft_mean", math.inf)
+        return loss if math.isfinite(loss) else math.inf
 
     def _consts_for(self, e, consts):
         key = self._key(e)
@@ -258,7 +287,9 @@ class Evaluator:
         ev.objectives = {k: math.inf for k in OBJECTIVES}
         return ev
 
-    def _score(self, f, consts, results, overheads_in) -> Evaluation:
+    def _score(self, f, consts, results, overheads_in, part: str = "test") -> Evaluation:
+        """Errors per experiment x stage on the reported (held-out) part; part="train" scores
+        the fitting experiments' training part instead (no step rows), for model selection."""
         ev = Evaluation(valid=True)
         ev.constants = {k: [float(x) for x in v] for k, v in consts.items()}
         # request-level overheads, fitted per model on the training requests
@@ -289,17 +320,21 @@ class Evaluator:
                     ovh.setdefault(e.model, mean)
         ev.overheads = {k: v.as_dict() for k, v in ovh.items()}
         # per experiment x stage errors on the reported part
-        for e in self.report_exps:
+        train = part == "train"
+        for e in (self.fit_exps if train else self.report_exps):
             r, wl, o = results[e.id], self.wl[e.id], ovh[e.model]
             ttft = r.ttft_us + o.queueing_us + o.queueing_per_input_token_us * wl.prompt_len
             e2e = r.e2e_us + o.queueing_us + o.queueing_per_input_token_us * wl.prompt_len \
                 + o.output_token_us * wl.gen_len + o.post_decode_us
-            part = self._part(e, "test")
+            if not train:
+                mask = self._part(e, "test")
+            else:
+                mask = np.ones(len(wl.arrival_us), bool) if self.holdout is not None else self._part(e, "train")
             for s in e.stages:
-                sel = part & (wl.stage == s.index)
+                sel = mask & (wl.stage == s.index)
                 if not sel.any():
                     continue
-                me2e, mttft, mitl = self._measured(e, s.index, part)
+                me2e, mttft, mitl = self._measured(e, s.index, mask)
                 pe2e, pttft = float(e2e[sel].mean()) / 1e6, float(ttft[sel].mean()) / 1e6
                 pitl = per_token_time(e2e[sel], ttft[sel], wl.gen_len[sel]) / 1e6
                 ev.rows.append({
@@ -311,7 +346,7 @@ class Evaluator:
                     "sim_steps": r.n_steps, "preempted": r.n_preempted,
                 })
         # per-step scoring on the real step rows
-        report_models = {e.model for e in self.report_exps}
+        report_models = set() if train else {e.model for e in self.report_exps}
         for model, rows in self.step_rows.items():
             if model not in report_models:
                 continue

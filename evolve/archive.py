@@ -576,6 +576,12 @@ class Archive:
         with self._read() as s, s.begin():
             return [_program_record(p) for p in s.scalars(q)]
 
+    def hashes(self, run_id: str) -> set[str]:
+        """Canonical hashes of the run's accepted programs (duplicate checks on resume)."""
+        q = select(ProgramRow.canonical_hash).where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True))
+        with self._read() as s, s.begin():
+            return {h for h in s.scalars(q) if h}
+
     def _records(self, s: Session, ids: Iterable[int], full: bool = True) -> list[dict]:
         ids = list(dict.fromkeys(int(i) for i in ids))
         if not ids:

@@ -23,6 +23,10 @@ from evolve.program import Program, ProgramError, parse_program
 from evolve.workers import Job, WorkerPool
 
 KINDS = ("improve", "simplify", "crossover")
+PARENT_POOL = 24  # NSGA-II parent pool size per generation
+ELITE_SHARE = 0.5  # share of parents drawn uniformly from the MAP-Elites cells
+MAX_EMPTY_GENERATIONS = 20
+PROPOSAL_TRIES = 25  # offline draws per candidate slot before a generation is left short
 
 
 @dataclass
@@ -115,9 +119,13 @@ class Search:
         if cfg.llm:
             from evolve.llm import LLMMutator
             self.llm = LLMMutator(cfg.llm, api_base=cfg.llm_base, cache=archive, replay_only=bool(cfg.replay))
-        from evolve.mutate import OfflineMutator
+        from evolve.mutate import OPERATOR_WEIGHTS, OfflineMutator
         self.rng = random.Random(cfg.seed)
-        self.offline = OfflineMutator(caps=cfg.caps, rng=self.rng)
+        # `constant` is left out: constants are fitted, so it cannot yield a new candidate
+        self.offline = OfflineMutator(caps=cfg.caps, rng=self.rng,
+                                      weights={k: v for k, v in OPERATOR_WEIGHTS.items() if k != "constant"})
+        self.seen: set[str] = set()  # canonical hashes of this run's accepted programs
+        self.skipped = 0  # offline draws discarded as already seen
 
     # -------------------------------------------------------------- entry points
     def start(self) -> str:
@@ -128,6 +136,7 @@ class Search:
         self.run_id = self.archive.start_run(cfgd, self.cfg.seed, gt.fingerprint(), self.cfg.budget)
         self.generation = 0
         seeds = [parse_program(s) for _, s in sorted(seed_sources().items())]
+        self.seen.update(p.hash for p in seeds)
         self._evaluate_batch([(p, [], "seed") for p in seeds], screen=False)
         return self.run_id
 
@@ -136,6 +145,7 @@ class Search:
         if run is None:
             raise ValueError(f"no run {run_id!r} in the archive")
         self.run_id = run_id
+        self.seen.update(self.archive.hashes(run_id))
         for pid, obj in self.archive.evaluated(run_id):
             rec = self.archive.program(pid)
             try:
@@ -167,6 +177,7 @@ class Search:
         t0 = time.perf_counter()
         pool = self._pool()
         try:
+            empty = 0
             pending = None  # LLM calls of the next generation, running while this one evaluates
             while self.archive.get_run(self.run_id)["n_evaluated"] < self.cfg.budget:
                 left = self.cfg.budget - self.archive.get_run(self.run_id)["n_evaluated"]
@@ -181,6 +192,9 @@ class Search:
                     # integrated: deterministic, and the LLM works while the workers evaluate
                     pending = self._llm_submit(self.cfg.generation_size, self.generation + 1)
                 batch = batch[:n] + self._propose_offline(n - min(n, len(batch)))
+                empty = 0 if batch else empty + 1
+                if empty >= MAX_EMPTY_GENERATIONS:
+                    break  # the operators find nothing new any more: stop rather than spin
                 if not batch:
                     continue
                 self._evaluate_batch(batch, screen=self.cfg.cascade)
@@ -192,29 +206,58 @@ class Search:
             self.archive.finish_run(self.run_id, status if "status" in locals() else "interrupted")
             self.close()
         return {"run_id": self.run_id, "seconds": time.perf_counter() - t0,
-                "frontier": [m.id for m in self.state.frontier], "killed": pool.killed}
+                "frontier": [m.id for m in self.state.frontier], "killed": pool.killed,
+                "skipped_duplicates": self.skipped}
 
     # -------------------------------------------------------------- proposal
+    def _parent_pool(self) -> tuple[list[Member], list[Member]]:
+        """(NSGA-II pool, MAP-Elites elites) for this generation, computed once per generation.
+
+        The pool is DEAP's selNSGA2 survivor selection of PARENT_POOL members (rank, then
+        crowding distance) over cell elites and frontier; elites are the cells' best members.
+        """
+        key = (self.generation, len(self.state.members))
+        if getattr(self, "_pool_key", None) != key:
+            elites = sorted(self.state.cells.values(), key=lambda m: m.id)
+            pop = {m.id: m for m in elites + self.state.frontier}
+            pop = sorted(pop.values(), key=lambda m: m.id) or sorted(self.state.members, key=lambda m: m.id)
+            pool = select_nsga2(pop, min(len(pop), PARENT_POOL), key=lambda m: m.vector)
+            self._pool_cache = (sorted(pool, key=lambda m: m.id), elites or pool)
+            self._pool_key = key
+        return self._pool_cache
+
     def _parents(self, k: int) -> list[Member]:
-        pop = list(self.state.cells.values()) + self.state.frontier
-        uniq = {m.id: m for m in pop}
-        pop = sorted(uniq.values(), key=lambda m: m.id)
-        if not pop:
-            pop = sorted(self.state.members, key=lambda m: m.id)
-        chosen = select_nsga2(pop, min(len(pop), max(k, 2)), key=lambda m: m.vector)
-        chosen = sorted(chosen, key=lambda m: m.id)
-        return [self.rng.choice(chosen) for _ in range(k)] if chosen else []
+        """k parents: each a uniformly drawn cell elite (MAP-Elites: diversity) or, as often,
+        a member of the NSGA-II pool (pressure towards the accuracy/complexity frontier)."""
+        pool, elites = self._parent_pool()
+        if not pool:
+            return []
+        return [self.rng.choice(elites if self.rng.random() < ELITE_SHARE else pool) for _ in range(k)]
 
     def _propose_offline(self, n: int) -> list[tuple]:
+        """n structurally new programs (canonical hash never seen in this run).
+
+        Constants are fitted, so a proposal that only changes constant values, or one equal
+        to a known program, could not score differently: it is drawn again (up to
+        PROPOSAL_TRIES per slot) instead of filling the generation with duplicates that would
+        leave workers idle. Skipped draws are counted in `self.skipped`.
+        """
         out = []
-        while len(out) < n:
-            parents = self._parents(2)
+        tries = 0
+        while len(out) < n and tries < PROPOSAL_TRIES * n:
+            tries += 1
+            kind = "crossover" if self.rng.random() < 0.2 else None
+            parents = self._parents(2 if kind else 1)
             if not parents:
                 break
-            kind = "crossover" if self.rng.random() < 0.2 and len(parents) > 1 else None
-            use = parents if kind == "crossover" else parents[:1]
-            prog, op = self.offline.propose_program([m.program for m in use], kind=kind)
-            out.append((prog, [m.id for m in use], op))
+            if kind and parents[0].id == parents[1].id:
+                kind, parents = None, parents[:1]
+            prog, op = self.offline.propose_program([m.program for m in parents], kind=kind)
+            if prog.hash in self.seen:
+                self.skipped += 1
+                continue
+            self.seen.add(prog.hash)
+            out.append((prog, [m.id for m in parents], op))
         return out
 
     def _llm_submit(self, n: int, generation: int):
@@ -279,6 +322,7 @@ class Search:
                                            reject_reason=f"duplicate of {dup}", count=False)
                 continue
             todo.append((i, item))
+            self.seen.add(prog.hash)
         if not todo:
             return
         # Stream: candidates are written in proposal order as soon as they and every earlier
@@ -305,7 +349,7 @@ class Search:
                 elif i in waiting or i not in first:
                     break
                 elif screen and first[i].get("valid") and self.state.would_enter(first[i]["objectives"], item[0]):
-                    pool.submit(Job(full_key + i, item[0].source, True), first=True)
+                    pool.submit(Job(full_key + i, item[0].source, True, first[i].get("constants")), first=True)
                     waiting.add(i)
                     break
                 else:

@@ -17,6 +17,7 @@ class Job:
     key: int
     source: str
     refine: bool
+    start: dict | None = None  # constants of the screen fit, so the full job does not redo it
 
 
 def _worker_main(conn, data_dir, train_fraction):
@@ -30,10 +31,10 @@ def _worker_main(conn, data_dir, train_fraction):
         msg = conn.recv()
         if msg is None:
             return
-        key, source, refine = msg
+        key, source, refine, start = msg
         try:
             prog = parse_program(source)
-            res = ev.evaluate(prog, refine=refine)
+            res = ev.evaluate(prog, refine=refine, start=start)
             conn.send(("ok", (key, res.to_dict())))
         except ProgramError as e:
             conn.send(("ok", (key, {"valid": False, "error": f"invalid program: {e}", "objectives": {}})))
@@ -101,7 +102,7 @@ class WorkerPool:
             if w.job is None and self.pending:
                 w.job = self.pending.pop(0)
                 w.started = time.monotonic()
-                w.conn.send((w.job.key, w.job.source, w.job.refine))
+                w.conn.send((w.job.key, w.job.source, w.job.refine, w.job.start))
             elif w.job is not None:
                 if w.conn.poll(0):
                     try:

@@ -74,3 +74,33 @@ def test_garbage_program_never_crashes_the_worker():
         pool.close()
     assert "invalid program" in res[0]["error"]
     assert res[1]["valid"] is True
+
+
+def test_offline_generations_are_full_of_new_programs(tmp_path):
+    """Duplicates are drawn again at proposal time: every generation after the seeds holds
+    generation_size structurally new programs, none of them a duplicate or a constant-only
+    change (constants are fitted, so those could not score differently)."""
+    arch, out = _run(tmp_path, "g.db", workers=1, budget=5 + 8, seed=5)
+    con = sqlite3.connect(tmp_path / "g.db")
+    rows = con.execute("select generation, operator, valid, reject_reason, canonical_hash from programs "
+                       "where run_id = ?", (out["run_id"],)).fetchall()
+    con.close()
+    assert not [r for r in rows if r[3]]  # nothing rejected
+    hashes = [r[4] for r in rows]
+    assert len(hashes) == len(set(hashes)) == 13
+    assert "constant" not in {r[1] for r in rows}
+    per_gen = {}
+    for g, *_ in rows:
+        per_gen[g] = per_gen.get(g, 0) + 1
+    assert per_gen == {0: 5, 1: 4, 2: 4}  # generation_size 4, budget 13 = 5 seeds + 8
+
+
+def test_full_evaluation_starts_from_the_screen_fit(evaluator):
+    """The cascade hands the screen's constants to the full job; the result is the same as a
+    full evaluation that redoes the surrogate fit itself."""
+    from evolve.program import parse_program
+    p = parse_program(seed_sources()["phase_split"])
+    screen = evaluator.evaluate(p, refine=False)
+    full = evaluator.evaluate(p, refine=True)
+    resumed = evaluator.evaluate(p, refine=True, start=screen.constants)
+    assert resumed.constants == full.constants and resumed.objectives == full.objectives
