@@ -235,8 +235,18 @@ def cmd_emit_go(args) -> int:
     consts = ev["constants"]
     by_model = {m: consts.get(m, consts.get("*")) for m in vectors if m in consts or "*" in consts}
     scores = {k: v for k, v in (ev.get("objectives") or {}).items()}
+    program = parse_program(rec["source"])
+    if not args.no_simplify:
+        from evaluator.evaluate import Evaluator
+        from evolve.simplify import probes_by_model, simplify
+        simp = simplify(program, by_model, probes_by_model(Evaluator(gt)))
+        if simp.removed:
+            print(f"simplified: {simp.removed} conditional(s) never switch on {simp.n_probes} probe states; "
+                  f"complexity {program.complexity.total} -> {simp.program.complexity.total}")
+            program, by_model = simp.program, simp.constants
+            scores["complexity"] = float(program.complexity.total)
     try:
-        code = emit_go(parse_program(rec["source"]), by_model, {m: vectors[m] for m in by_model},
+        code = emit_go(program, by_model, {m: vectors[m] for m in by_model},
                        {m: ev.get("overheads", {}).get(m, {}) for m in by_model}, package=args.package,
                        interface=args.interface, program_id=str(args.program_id), scores=scores,
                        caps=(args.max_ops, args.max_cond, args.max_consts))
@@ -379,6 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-ops", type=int, default=30)
     g.add_argument("--max-cond", type=int, default=3)
     g.add_argument("--max-consts", type=int, default=10)
+    g.add_argument("--no-simplify", action="store_true",
+                   help="emit the program as archived, dead conditionals included")
     g.set_defaults(func=cmd_emit_go)
 
     f = sub.add_parser("frontier", help="the Pareto-optimal programs, sorted by complexity")

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from evaluator.components import COMPONENT_INDEX, COMPONENTS
 from evolve.program import ALLOWED_CALLS, FUNC_NAME, Program, ProgramError, _call_name, parse_program, parse_source
 
-__all__ = ["OPERATORS", "OPERATOR_WEIGHTS", "MutationError", "OfflineMutator"]
+__all__ = ["OPERATORS", "OPERATOR_WEIGHTS", "MutationError", "OfflineMutator", "collapse_conditional"]
 
 OPERATORS = ("point", "insert", "delete", "regime", "constant", "crossover")
 OPERATOR_WEIGHTS = {
@@ -357,6 +357,36 @@ class _Work:
         ast.fix_missing_locations(self.func)
         head = "\n".join(lines) + "\n\n\n" if lines else ""
         return head + ast.unparse(self.func) + "\n"
+
+
+def collapse_conditional(program: Program, index: int, keep_body: bool) -> Program | None:
+    """The program with its `index`-th conditional (an `if` statement or an `a if c else b`,
+    counted in ast.walk order) replaced by one branch; None if that leaves nothing valid.
+    Unused constants and parameters disappear with the dropped branch."""
+    work = _Work(program)
+    conds = [n for n in ast.walk(work.func) if isinstance(n, (ast.If, ast.IfExp))]
+    if not 0 <= index < len(conds):
+        raise IndexError(f"program has {len(conds)} conditionals, no #{index}")
+    target = conds[index]
+
+    class _Collapse(ast.NodeTransformer):
+        def visit_IfExp(self, node):
+            if node is target:
+                return self.visit(node.body if keep_body else node.orelse)
+            return self.generic_visit(node)
+
+        def visit_If(self, node):
+            if node is target:
+                return [self.visit(st) for st in (node.body if keep_body else node.orelse)]
+            return self.generic_visit(node)
+
+    _Collapse().visit(work.func)
+    if not work.func.body:
+        return None
+    try:
+        return parse_program(work.render())
+    except (ProgramError, _Fail):
+        return None
 
 
 # ---------------------------------------------------------------- the operator

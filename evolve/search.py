@@ -2,9 +2,12 @@
 
 Generations make runs reproducible whatever the number of workers: each generation's
 candidates are proposed from a seeded random generator and the archive state before it,
-evaluated in parallel, and integrated in proposal order. Cascade: every candidate is
-screened with the cheap fit (one simulation); only those that would enter the frontier or
-improve their MAP-Elites cell get the full fit (refinement on their own simulation).
+evaluated in parallel, and integrated in proposal order. Parents come half from the
+MAP-Elites cell elites (uniformly: diversity), half from an NSGA-II pool (pressure). Offline
+proposals that repeat a known program are drawn again, so generations stay full and no
+worker idles at the generation barrier. Cascade: every candidate is screened with the cheap
+fit (one simulation); only those that would enter the frontier or improve their MAP-Elites
+cell get the full fit (refinement on their own simulation, from the screen's constants).
 Every candidate is written to the archive in one transaction with its evaluation as soon as
 it and every earlier candidate of its generation are settled, so a killed run loses only the
 candidates in flight (and any finished one waiting on them); `--resume` continues the run.

@@ -59,3 +59,40 @@ def test_evaluate_rejects_untrusted_program_before_running(tmp_path):
     f.write_text("import os\nos.system('touch /tmp/pwned')\ndef predict_step_time(P):\n    return P\n")
     p = evolve("evaluate", str(f), check=False)
     assert p.returncode != 0 and "imports are not allowed" in p.stderr
+
+
+DEAD_BRANCH = """
+BASE = 1000.0
+PER_WEIGHT = 2.0
+HUGE_K = 1000000000000.0
+SLOPE = 5.0
+
+
+def predict_step_time(P, K, t_weights):
+    if K > HUGE_K:
+        return SLOPE * K
+    return BASE + PER_WEIGHT * t_weights + P
+"""
+
+
+def test_emit_go_drops_dead_conditionals_and_compiles(tmp_path, data_dir, evaluator):
+    from evolve.archive import Archive
+    from evolve.program import parse_program
+    from go_emit.gotool import check_go_files, get_toolchain
+    prog = parse_program(DEAD_BRANCH)
+    ev = evaluator.evaluate(prog, fit=False)  # the hand-set constants: the threshold stays out of reach
+    assert ev.valid, ev.error
+    arch = Archive(tmp_path / "a.db")
+    run = arch.start_run({"data": str(data_dir)}, seed=0)
+    pid = arch.add_candidate(run, prog, operator="seed", generation=0, evaluation=ev.to_dict(), stage="screen")
+    arch.close()
+    out = evolve("emit-go", str(pid), "--archive", str(tmp_path / "a.db"), "-o", str(tmp_path / "s.go")).stdout
+    assert "simplified: 1 conditional(s)" in out
+    raw = evolve("emit-go", str(pid), "--archive", str(tmp_path / "a.db"), "-o", str(tmp_path / "r.go"),
+                 "--no-simplify").stdout
+    assert "simplified" not in raw
+    simplified, original = (tmp_path / "s.go").read_text(), (tmp_path / "r.go").read_text()
+    assert "HUGE_K" in original and "HUGE_K" not in simplified and "SLOPE" not in simplified
+    if get_toolchain() is not None:
+        res = check_go_files({"evolved.go": simplified})
+        assert res.ok, res.summary()

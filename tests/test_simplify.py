@@ -1,0 +1,100 @@
+"""Dead-conditional removal before emission, on the real probe states."""
+import numpy as np
+import pytest
+
+from evaluator.step_scoring import predict_rows
+from evolve.mutate import collapse_conditional
+from evolve.program import parse_program
+from evolve.simplify import probes_by_model, simplify
+
+DEAD = """
+BASE = 1000.0
+PER_WEIGHT = 2.0
+HUGE_K = 1000000000000.0
+SLOPE = 5.0
+PER_SEQ = 30.0
+
+
+def predict_step_time(P, B, K, t_weights):
+    if K > HUGE_K:
+        return SLOPE * K
+    extra = PER_SEQ * B if B < 1000000.0 else SLOPE * P
+    if P > 0:
+        return BASE + PER_WEIGHT * t_weights + extra + P
+    return BASE + extra
+"""
+
+
+@pytest.fixture(scope="module")
+def probes(evaluator):
+    return probes_by_model(evaluator)
+
+
+def _consts(prog, scale):
+    return {m: list(prog.initial_constants * s) for m, s in scale.items()}
+
+
+def test_dead_conditionals_are_collapsed_and_live_ones_kept(probes):
+    prog = parse_program(DEAD)
+    consts = _consts(prog, {"llama-2-7b": 1.0, "llama-2-70b": 2.0, "mixtral-8x7b": 0.5, "codellama-34b": 1.5})
+    out = simplify(prog, consts, probes)
+    assert out.removed == 2  # the K and B thresholds; `P > 0` switches on real states
+    src = out.program.source
+    assert "HUGE_K" not in src and "1000000.0" not in src and "K" not in out.program.params
+    assert "if P > 0" in src
+    assert out.program.complexity.total < prog.complexity.total
+    # constants follow their names, per model
+    for m, vals in out.constants.items():
+        named = dict(zip(prog.const_names, consts[m]))
+        assert vals == [named[n] for n in out.program.const_names]
+    # identical predictions on every probe state
+    f0, f1 = prog.compiled(), out.program.compiled()
+    for m, X in probes.items():
+        a = predict_rows(f0, X, np.array(consts[m]))
+        b = predict_rows(f1, X, np.array(out.constants[m]))
+        assert np.array_equal(a, b)
+    assert out.n_probes == sum(len(X) for X in probes.values()) > 10_000
+
+
+def test_a_branch_that_switches_for_one_model_only_is_kept(probes):
+    # the threshold is crossed on 70b's states only (its constant is scaled down)
+    src = """
+BASE = 1000.0
+LIMIT = 100000000.0
+
+
+def predict_step_time(K, t_weights):
+    if K > LIMIT:
+        return BASE
+    return BASE + t_weights
+"""
+    prog = parse_program(src)
+    consts = {"llama-2-7b": [1000.0, 1e8], "llama-2-70b": [1000.0, 1e3],
+              "mixtral-8x7b": [1000.0, 1e8], "codellama-34b": [1000.0, 1e8]}
+    assert simplify(prog, consts, probes).removed == 0
+    consts["llama-2-70b"] = [1000.0, 1e8]
+    assert simplify(prog, consts, probes).removed == 1
+
+
+def test_collapse_conditional_picks_the_branch():
+    prog = parse_program(DEAD)
+    body = collapse_conditional(prog, 0, keep_body=True)
+    assert body.source.strip().endswith("return SLOPE * K")
+    with pytest.raises(IndexError):
+        collapse_conditional(prog, 9, keep_body=True)
+
+
+def test_a_redundant_conditional_goes_too(probes):
+    # `P > 0` switches on real states, but both branches agree when P == 0
+    src = """
+BASE = 1000.0
+
+
+def predict_step_time(P, t_weights):
+    if P > 0:
+        return BASE + t_weights + P
+    return BASE + t_weights
+"""
+    prog = parse_program(src)
+    out = simplify(prog, {m: [1000.0] for m in probes}, probes)
+    assert out.removed == 1 and "if" not in out.program.source
