@@ -184,7 +184,8 @@ def cmd_run(args) -> int:
     con = Console()
     con.print(f"run {out['run_id']}: {out['n_evaluated']} evaluations in {out['seconds']:.0f} s "
               f"({out['n_evaluated'] / max(out['seconds'], 1e-9):.2f}/s), frontier {len(out['frontier'])}, "
-              f"hypervolume {out['hypervolume']:.3f}, killed {out['killed']}")
+              f"hypervolume {out['hypervolume']:.3f}, killed {out['killed']}, "
+              f"known programs redrawn {out.get('skipped_duplicates', 0)}")
     if out["best"]:
         b = out["best"]
         con.print(f"best program {b['id']}: E2E {_pct(b['e2e_mean'])} (worst {_pct(b['e2e_worst'])}), "
