@@ -29,6 +29,13 @@ RUNAWAY_MIN_STEPS = 500_000
 OBJECTIVES = ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "complexity")
 
 
+def selection_loss(o: dict) -> float:
+    """One number to rank candidates (cell elitism, keeping a refit): mean E2E error, ties
+    broken by ITL and TTFT error; a missing or non-finite term counts as 1e9."""
+    f = lambda k: o.get(k, math.inf) if math.isfinite(o.get(k, math.inf)) else 1e9  # noqa: E731
+    return f("e2e_mean") + 0.25 * f("itl_mean") + 0.1 * f("ttft_mean")
+
+
 @dataclass
 class Evaluation:
     valid: bool
@@ -226,10 +233,9 @@ class Evaluator:
             for key, exps in groups.items():
                 st = [s for e in exps for s in self._stage_states(e, ref[e.id])]
                 consts[key], _ = fit_constants(f, x0, st, self._rows_for(exps), self._probe(key, exps))
-        n_steps = 0
         refine = fit and refine and constants is None
         results, bad = self._simulate_all(f, consts, record=refine)
-        n_steps += sum(r.n_steps for r in results.values())
+        n_steps = sum(r.n_steps for r in results.values())
         if bad is not None:
             return self._invalid(bad, t0, consts)
         if refine:
@@ -266,11 +272,8 @@ class Evaluator:
         return results, None
 
     def _train_loss(self, f, consts, results) -> float:
-        """Cell-elitism scalar (E2E + 0.25 ITL + 0.1 TTFT error) on the training part only."""
-        ev = self._score(f, consts, results, None, part="train")
-        o = ev.objectives
-        loss = o.get("e2e_mean", math.inf) + 0.25 * o.get("itl_mean", math.inf) + 0.1 * o.get("ttft_mean", math.inf)
-        return loss if math.isfinite(loss) else math.inf
+        """`selection_loss` on the training part only."""
+        return selection_loss(self._score(f, consts, results, None, part="train").objectives)
 
     def _consts_for(self, e, consts):
         key = self._key(e)

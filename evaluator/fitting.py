@@ -102,10 +102,10 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
     # simulated TTFT below the measured one is what the request-level queueing overhead
     # (>= 0) absorbs; one above it cannot be repaired, and without this term nothing in the
     # per-token target decides how step time splits between prefill and decode steps.
-    ttft_on = [k for k, st in enumerate(stages)
-               if st.NP is not None and np.isfinite(st.target_ttft_us) and st.target_ttft_us > 0
-               and float(np.sum(st.NP)) > 0]
-    NPs = {k: np.asarray(stages[k].NP, np.float64) for k in ttft_on}
+    NPs = [np.asarray(st.NP, np.float64)
+           if st.NP is not None and np.isfinite(st.target_ttft_us) and st.target_ttft_us > 0 and np.sum(st.NP) > 0
+           else None for st in stages]
+    n_ttft = sum(npf is not None for npf in NPs)
 
     def residuals(c):
         pa = predict_rows(predict, XA, np.ascontiguousarray(c))
@@ -116,21 +116,19 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
             p = np.where(bad, 1.0, p)
             pen = np.empty(len(stages))
             itl = np.empty(len(stages))
-            for k in range(len(stages)):
-                a, b = bounds[k], bounds[k + 1]
-                pen[k] = bad[a:b].mean()
-                itl[k] = np.dot(p[a:b], Ds[k]) / sumD[k]
+            over = np.empty(n_ttft)
+            j = 0
+            for k, st in enumerate(stages):
+                pk = p[bounds[k]:bounds[k + 1]]
+                pen[k] = bad[bounds[k]:bounds[k + 1]].mean()
+                itl[k] = np.dot(pk, Ds[k]) / sumD[k]
+                if NPs[k] is not None:
+                    over[j] = max(0.0, ttft_proxy(pk, NPs[k]) - st.target_ttft_us) / st.target_ttft_us
+                    j += 1
             # fixed-length residual vector: the penalty entries are always present
             parts.append(INVALID_PENALTY * 10.0 * pen)
             parts.append(STAGE_WEIGHT * (itl - targets) / targets)
-            if ttft_on:
-                over = np.empty(len(ttft_on))
-                for j, k in enumerate(ttft_on):
-                    pk = p[bounds[k]:bounds[k + 1]]
-                    proxy = ttft_proxy(pk, NPs[k])
-                    tgt = stages[k].target_ttft_us
-                    over[j] = max(0.0, proxy - tgt) / tgt
-                parts.append(TTFT_WEIGHT * over)
+            parts.append(TTFT_WEIGHT * over)
         if len(Ry):
             p = pa[n_stage_rows:n_stage_rows + len(Ry)]
             bad = ~np.isfinite(p) | (p < 1.0)

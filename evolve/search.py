@@ -19,7 +19,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 
-from evaluator.evaluate import OBJECTIVES
+from evaluator.evaluate import OBJECTIVES, selection_loss
 from evolve.archive import Archive
 from evolve.pareto import cell_key, hypervolume, objective_vector, pareto_front, select_nsga2
 from evolve.program import Program, ProgramError, parse_program
@@ -85,7 +85,7 @@ class SearchState:
         if any(not math.isfinite(x) or x >= 1e9 for x in v[:4]):
             return False
         cur = self.cells.get(cell_key(program))
-        if cur is None or _scalar_obj(objectives) < _scalar(cur):
+        if cur is None or selection_loss(objectives) < _scalar(cur):
             return True
         return not any(_dominates(f.vector, v) for f in self.frontier)
 
@@ -102,14 +102,8 @@ def _dominates(a, b) -> bool:
     return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
 
 
-def _scalar_obj(o: dict) -> float:
-    """Cell elitism: mean E2E error, ties broken by ITL and TTFT error."""
-    f = lambda k: o.get(k, math.inf) if math.isfinite(o.get(k, math.inf)) else 1e9  # noqa: E731
-    return f("e2e_mean") + 0.25 * f("itl_mean") + 0.1 * f("ttft_mean")
-
-
 def _scalar(m: Member) -> float:
-    return _scalar_obj(m.objectives)
+    return selection_loss(m.objectives)
 
 
 class Search:
@@ -129,6 +123,8 @@ class Search:
                                       weights={k: v for k, v in OPERATOR_WEIGHTS.items() if k != "constant"})
         self.seen: set[str] = set()  # canonical hashes of this run's accepted programs
         self.skipped = 0  # offline draws discarded as already seen
+        self._pool_key = None  # (generation, members) the cached parent pool was built for
+        self._pool_cache: tuple[list[Member], list[Member]] = ([], [])
 
     # -------------------------------------------------------------- entry points
     def start(self) -> str:
@@ -139,7 +135,6 @@ class Search:
         self.run_id = self.archive.start_run(cfgd, self.cfg.seed, gt.fingerprint(), self.cfg.budget)
         self.generation = 0
         seeds = [parse_program(s) for _, s in sorted(seed_sources().items())]
-        self.seen.update(p.hash for p in seeds)
         self._evaluate_batch([(p, [], "seed") for p in seeds], screen=False)
         return self.run_id
 
@@ -220,7 +215,7 @@ class Search:
         crowding distance) over cell elites and frontier; elites are the cells' best members.
         """
         key = (self.generation, len(self.state.members))
-        if getattr(self, "_pool_key", None) != key:
+        if self._pool_key != key:
             elites = sorted(self.state.cells.values(), key=lambda m: m.id)
             pop = {m.id: m for m in elites + self.state.frontier}
             pop = sorted(pop.values(), key=lambda m: m.id) or sorted(self.state.members, key=lambda m: m.id)
