@@ -21,7 +21,7 @@ def main() -> None:
     from evaluator.evaluate import Evaluator
     from evaluator.simulator import simulate
     from evaluator.step_scoring import predict_rows
-    from evolve.program import parse_program
+    from evaluator.program import parse_program
     from seeds import seed_sources
     t_import = time.perf_counter() - t0
     gt = load(a.data)

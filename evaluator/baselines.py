@@ -24,7 +24,7 @@ BASELINES = ("blackbox", "roofline", "linear_physics")
 
 
 def baseline_program(name: str):
-    from evolve.program import parse_program
+    from evaluator.program import parse_program
     from seeds import seed_sources
     if name == "roofline":
         return parse_program(ROOFLINE_SOURCE)

@@ -166,7 +166,7 @@ class Evaluator:
     def reference_states(self) -> dict[str, np.ndarray]:
         """Batch states from a calibrated blackbox simulation, computed once per evaluator."""
         if self._reference is None:
-            from evolve.program import parse_program
+            from evaluator.program import parse_program
             from seeds import seed_sources
             ref = parse_program(seed_sources()["blackbox"])
             f = ref.compiled()

@@ -226,9 +226,9 @@ def _eval_dict(evaluation) -> dict:
 
 
 def _program_fields(program) -> dict:
-    """Columns describing a program: from an evolve.program.Program or raw source."""
+    """Columns describing a program: from an evaluator.program.Program or raw source."""
     if isinstance(program, str):
-        from evolve.program import ProgramError, parse_program
+        from evaluator.program import ProgramError, parse_program
         try:
             program = parse_program(program)
         except ProgramError as e:

@@ -103,7 +103,7 @@ def cmd_ingest(args) -> int:
 
 def cmd_evaluate(args) -> int:
     from evaluator.evaluate import Evaluator
-    from evolve.program import ProgramError, parse_program
+    from evaluator.program import ProgramError, parse_program
     try:
         prog = parse_program(Path(args.program).read_text())
     except (OSError, ProgramError) as e:
@@ -223,7 +223,7 @@ def cmd_pilot(args) -> int:
 
 def cmd_emit_go(args) -> int:
     from evaluator.data import load
-    from evolve.program import parse_program
+    from evaluator.program import parse_program
     from go_emit.emit import GoEmitError, emit_go
     archive = _read_archive(args.archive)
     rec = _program_or_exit(archive, args)

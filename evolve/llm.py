@@ -40,7 +40,7 @@ from importlib import resources
 from typing import Any, Mapping, Sequence
 
 from evaluator.components import COMPONENT_DOCS, COMPONENTS
-from evolve.program import Program, ProgramError, parse_program
+from evaluator.program import Program, ProgramError, parse_program
 from evolve.reply_parse import ReplyError, check_caps, extract_program
 
 KINDS = ("improve", "simplify", "crossover")

@@ -38,7 +38,7 @@ import re
 from collections.abc import Sequence
 
 from evaluator.components import COMPONENT_INDEX, COMPONENTS
-from evolve.program import ALLOWED_CALLS, FUNC_NAME, Program, ProgramError, _call_name, parse_program, parse_source
+from evaluator.program import ALLOWED_CALLS, FUNC_NAME, Program, ProgramError, call_name, parse_program, parse_source
 
 __all__ = ["OPERATORS", "OPERATOR_WEIGHTS", "MutationError", "OfflineMutator", "collapse_conditional"]
 
@@ -269,7 +269,7 @@ def _normalize_calls(func: ast.FunctionDef) -> None:
     """math.sqrt(x) -> sqrt(x), math.fabs(x) -> abs(x)."""
     for n in ast.walk(func):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
-            name = _call_name(n)
+            name = call_name(n)
             if name is not None:
                 n.func = ast.Name(name, ast.Load())
 
@@ -501,7 +501,7 @@ class OfflineMutator:
         for n in ast.walk(work.func):
             if isinstance(n, ast.BinOp) and type(n.op) in BINOP_SWAP:
                 cats["binop"].append(n)
-            elif isinstance(n, ast.Call) and _call_name(n) in ("max", "min", *UNARY_FUNCS, "exp"):
+            elif isinstance(n, ast.Call) and call_name(n) in ("max", "min", *UNARY_FUNCS, "exp"):
                 cats["call"].append(n)
             elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in COMPONENT_INDEX:
                 cats["leaf"].append(n)
@@ -515,7 +515,7 @@ class OfflineMutator:
         if cat == "binop":
             node.op = BINOP_SWAP[type(node.op)]()
         elif cat == "call":
-            name = _call_name(node)
+            name = call_name(node)
             new = {"max": "min", "min": "max"}.get(name) or rng.choice([f for f in UNARY_FUNCS if f != name])
             node.func = ast.Name(new, ast.Load())
         elif cat == "leaf":

@@ -226,7 +226,7 @@ def cell_key(program: Any) -> str:
     """MAP-Elites cell "<complexity bin>|<component bin>", e.g. "c10-14|k3".
 
     Complexity bins 0-9, 10-14, 15-19, 20-29, 30+; components used 1, 2, 3, 4, 5+.
-    Accepts an evolve.program.Program or an archive record dict (complexity, components).
+    Accepts an evaluator.program.Program or an archive record dict (complexity, components).
     """
     c, n = _program_descriptors(program)
     return f"{complexity_bin(c)}|{components_bin(n)}"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from evolve.program import FUNC_NAME, Program, ProgramError, parse_program
+from evaluator.program import FUNC_NAME, Program, ProgramError, parse_program
 
 SEARCH_MARK = "<<<<<<< SEARCH"
 DIVIDER_MARK = "======="

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from evaluator.evaluate import OBJECTIVES, selection_loss
 from evolve.archive import Archive
 from evolve.pareto import cell_key, hypervolume, objective_vector, pareto_front, select_nsga2
-from evolve.program import Program, ProgramError, parse_program
+from evaluator.program import Program, ProgramError, parse_program
 from evolve.workers import Job, WorkerPool
 
 KINDS = ("improve", "simplify", "crossover")

@@ -16,7 +16,7 @@ import numpy as np
 
 from evaluator.step_scoring import predict_rows
 from evolve.mutate import collapse_conditional
-from evolve.program import Program
+from evaluator.program import Program
 
 
 @dataclass

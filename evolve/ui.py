@@ -219,7 +219,7 @@ class _App:
 
     def go(self, pid: str) -> dict:
         """What `evolve emit-go` would write (default package, interface and caps)."""
-        from evolve.program import ProgramError, parse_program
+        from evaluator.program import ProgramError, parse_program
         from go_emit.emit import GoEmitError, emit_go
         with _open(self.path) as a:
             rec = self._record(a, pid)

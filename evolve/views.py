@@ -137,7 +137,7 @@ def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto front
 
 def _const_names(source: str) -> list[str]:
     try:
-        from evolve.program import parse_program
+        from evaluator.program import parse_program
         return parse_program(source).const_names
     except Exception:  # noqa: BLE001 - display only; fall back to a regex over module-level names
         return re.findall(r"^([A-Za-z][A-Za-z0-9_]*)\s*=", source, flags=re.M)
@@ -145,7 +145,7 @@ def _const_names(source: str) -> list[str]:
 
 def go_cap_status(rec: Mapping) -> str | None:
     """None if the program fits the Go emitter's cap, else the reason (Complexity.within)."""
-    from evolve.program import Complexity
+    from evaluator.program import Complexity
     if rec.get("n_ops") is None:
         return "unknown (program did not parse)"
     return Complexity(rec["n_ops"], rec["n_cond"], rec["n_consts"]).within()

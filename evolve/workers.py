@@ -23,7 +23,7 @@ class Job:
 def _worker_main(conn, data_dir, train_fraction):
     from evaluator.data import load
     from evaluator.evaluate import Evaluator
-    from evolve.program import ProgramError, parse_program
+    from evaluator.program import ProgramError, parse_program
     ev = Evaluator(load(data_dir), train_fraction=train_fraction)
     ev.reference_states()
     conn.send(("ready", None))

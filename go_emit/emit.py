@@ -37,7 +37,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from evaluator.components import COMPONENT_INDEX, COMPONENTS, MODEL_FIELDS, N_COMPONENTS
-from evolve.program import FUNC_NAME, Program
+from evaluator.program import FUNC_NAME, Program
 
 from .transpile import TranspileError, format_expr, go_float, transpile
 
@@ -239,7 +239,7 @@ def emit_go(program: Program,
     if tuple(COMPONENTS) != _EXPECTED_COMPONENTS or tuple(MODEL_FIELDS) != _EXPECTED_MODEL_FIELDS:
         raise GoEmitError("evaluator.components changed (COMPONENTS or MODEL_FIELDS); update go_emit.emit's mirror")
     if not isinstance(program, Program):
-        raise GoEmitError(f"program must be an evolve.program.Program, got {type(program).__name__}")
+        raise GoEmitError(f"program must be an evaluator.program.Program, got {type(program).__name__}")
     if interface not in INTERFACES:
         raise GoEmitError(f"interface must be one of {INTERFACES}, got {interface!r}")
     type_name = type_name or "EvolvedLatencyModel"

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from evaluator.components import N_COMPONENTS, batch_aggregates, fill_components
-from evolve.program import Program
+from evaluator.program import Program
 
 from .emit import INTERFACES, OVERHEAD_KEYS, constructor_name, emit_go, go_overhead_us, go_step_time_us
 

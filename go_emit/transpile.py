@@ -1,4 +1,4 @@
-"""Transpile a validated candidate program (evolve.program.Program) into Go statements.
+"""Transpile a validated candidate program (evaluator.program.Program) into Go statements.
 
 The input is the AST that `parse_program` has already checked against the whitelist, so
 every node kind handled here is exactly the whitelist: numbers, names, + - * / **, unary
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evaluator.components import COMPONENT_INDEX
-from evolve.program import Program, _call_name
+from evaluator.program import Program, call_name
 
 __all__ = [
     "TranspileError",
@@ -410,7 +410,7 @@ class _Transpiler:
                 return operand  # identity on float64, also for -0 and NaN
             return _unary("-", operand)
         if isinstance(node, ast.Call):
-            name = _call_name(node)
+            name = call_name(node)
             args = [self.expr(a) for a in node.args]
             if name in ("max", "min"):
                 helper = "pyMax" if name == "max" else "pyMin"

@@ -12,12 +12,12 @@ from evolve.archive import Archive, ArchiveError, to_evaluation
 from evolve.pareto import (BAD, VECTOR_ORDER, all_cell_keys, cell_key, hypervolume, objective_vector, pareto_front,
                            pareto_ranks, select_nsga2)
 
-# evaluator / evolve.program (numba, scipy) are imported lazily: the spawned worker
+# evaluator / evaluator.program (numba, scipy) are imported lazily: the spawned worker
 # processes import this module and should start fast.
 
 
 def parse_program(src):
-    from evolve.program import parse_program as parse
+    from evaluator.program import parse_program as parse
     return parse(src)
 
 

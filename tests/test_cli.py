@@ -77,7 +77,7 @@ def predict_step_time(P, K, t_weights):
 
 def test_emit_go_drops_dead_conditionals_and_compiles(tmp_path, data_dir, evaluator):
     from evolve.archive import Archive
-    from evolve.program import parse_program
+    from evaluator.program import parse_program
     from go_emit.gotool import check_go_files, get_toolchain
     prog = parse_program(DEAD_BRANCH)
     ev = evaluator.evaluate(prog, fit=False)  # the hand-set constants: the threshold stays out of reach

@@ -6,7 +6,7 @@ import pytest
 
 from evaluator.baselines import evaluate_baseline
 from evaluator.evaluate import Evaluator
-from evolve.program import parse_program
+from evaluator.program import parse_program
 from seeds import seed_sources
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from evaluator.components import model_vector
-from evolve.program import parse_program
+from evaluator.program import parse_program
 from go_emit.emit import GoEmitError, MAX_STEP_TIME_US, emit_go, go_overhead_us, go_step_time_us
 from go_emit.gotool import check_go_files, find_go, get_toolchain, stub_sources
 from go_emit.transpile import GAtom, GBinary, GCall, GParen, GUnary, format_expr, go_identifier, transpile

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from evaluator.components import COMPONENTS, model_vector
-from evolve.program import ProgramError, parse_program
+from evaluator.program import ProgramError, parse_program
 from go_emit.gotool import Batch, ParityCase, get_toolchain, parity_check, parity_check_many
 from seeds import seed_sources
 

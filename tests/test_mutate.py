@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from evaluator.components import COMPONENT_INDEX, N_COMPONENTS
 from evolve.mutate import OPERATORS, OfflineMutator
-from evolve.program import ProgramError, parse_program
+from evaluator.program import ProgramError, parse_program
 from seeds import seed_sources
 
 CAPS = (30, 3, 10)

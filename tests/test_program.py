@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from evolve.program import ProgramError, parse_program
+from evaluator.program import ProgramError, parse_program
 from seeds import seed_sources
 
 GOOD = '''

@@ -98,7 +98,7 @@ def test_offline_generations_are_full_of_new_programs(tmp_path):
 def test_full_evaluation_starts_from_the_screen_fit(evaluator):
     """The cascade hands the screen's constants to the full job; the result is the same as a
     full evaluation that redoes the surrogate fit itself."""
-    from evolve.program import parse_program
+    from evaluator.program import parse_program
     p = parse_program(seed_sources()["phase_split"])
     screen = evaluator.evaluate(p, refine=False)
     full = evaluator.evaluate(p, refine=True)

@@ -4,7 +4,7 @@ import pytest
 
 from evaluator.step_scoring import predict_rows
 from evolve.mutate import collapse_conditional
-from evolve.program import parse_program
+from evaluator.program import parse_program
 from evolve.simplify import probes_by_model, simplify
 
 DEAD = """

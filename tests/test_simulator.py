@@ -3,7 +3,7 @@ import numpy as np
 
 from evaluator import simulator as S
 from evaluator.simulator import Workload, simulate
-from evolve.program import parse_program
+from evaluator.program import parse_program
 
 CONST = "C = 10000.0\ndef predict_step_time(P):\n    return C + 0 * P\n"
 

@@ -269,7 +269,7 @@ class _Validator:
             self.expr(node.orelse)
             return
         if isinstance(node, ast.Call):
-            fname = _call_name(node)
+            fname = call_name(node)
             if fname is None:
                 self.fail(node, "only max, min, abs, sqrt, log, exp, pow (or math.X of those) may be called")
             if node.keywords:
@@ -292,7 +292,7 @@ class _Validator:
         self.fail(node, f"expression {type(node).__name__} is not allowed")
 
 
-def _call_name(node: ast.Call) -> str | None:
+def call_name(node: ast.Call) -> str | None:
     f = node.func
     if isinstance(f, ast.Name) and f.id in ALLOWED_CALLS:
         return f.id
@@ -439,7 +439,7 @@ class _Canon(ast.NodeTransformer):
         return node
 
     def visit_Call(self, node: ast.Call):
-        name = _call_name(node)
+        name = call_name(node)
         node.args = [self.visit(a) for a in node.args]
         node.func = ast.Name(name, ast.Load())
         return node
@@ -475,7 +475,7 @@ def kernel_source(prog: Program, use_math_module: bool = True) -> str:
 
         def visit_Call(self, node):
             self.generic_visit(node)
-            name = _call_name(node)
+            name = call_name(node)
             if name in MATH_CALLS and use_math_module:
                 node.func = ast.Attribute(ast.Name("math", ast.Load()), name, ast.Load())
             elif name == "abs":

@@ -1,0 +1,84 @@
+"""What a candidate is scored on, and the Go cap it must fit: one definition for every package.
+
+The judge fills objectives, the search ranks them, the archive stores them as columns and the
+views print them; all of them read the names, order, labels and the invalid value from here.
+Every objective is minimised. `ORDER` is the vector order handed to DEAP (NSGA-II, fronts).
+See docs/architecture.md ("Records") for where each record is produced and consumed.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+INVALID = 1e9  # what a missing, NaN or infinite objective counts as in any ranking
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str  # key in Evaluation.objectives and archive column name
+    label: str  # short human label for tables and plots
+    percent: bool  # a relative error shown as a percentage (else a plain count)
+
+
+OBJECTIVES: tuple[Objective, ...] = (
+    Objective("e2e_mean", "E2E", True),
+    Objective("e2e_worst", "worst E2E", True),
+    Objective("ttft_mean", "TTFT", True),
+    Objective("itl_mean", "ITL", True),
+    Objective("step_mape", "step MAPE", True),
+    Objective("complexity", "complexity", False),
+)
+ORDER: tuple[str, ...] = tuple(o.name for o in OBJECTIVES)
+BY_NAME: dict[str, Objective] = {o.name: o for o in OBJECTIVES}
+
+
+def finite_or_none(value) -> float | None:
+    """A float for display and strict JSON: None for missing, non-numeric, NaN or infinite."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def ranked(value) -> float:
+    """A float for ranking: missing, non-numeric, NaN or infinite count as INVALID."""
+    x = finite_or_none(value)
+    return INVALID if x is None else min(x, INVALID)
+
+
+def objective_vector(objectives: Mapping | None) -> tuple[float, ...]:
+    """Minimisation vector in ORDER; anything not finite is INVALID."""
+    objectives = objectives or {}
+    return tuple(ranked(objectives.get(k)) for k in ORDER)
+
+
+def invalid_objectives(complexity: float | None = None) -> dict[str, float]:
+    """Objectives of a candidate that could not be scored: every error infinite."""
+    out = {k: math.inf for k in ORDER}
+    if complexity is not None:
+        out["complexity"] = float(complexity)
+    return out
+
+
+def selection_loss(objectives: Mapping) -> float:
+    """One number to rank candidates (cell elitism, keeping a refit): mean E2E error, ties
+    broken by ITL and TTFT error; a missing or non-finite term counts as INVALID."""
+    f = lambda k: ranked(objectives.get(k))  # noqa: E731
+    return f("e2e_mean") + 0.25 * f("itl_mean") + 0.1 * f("ttft_mean")
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The Go complexity cap (DESIGN section 4), carried from the CLI to the mutators, the LLM
+    prompt, the judge's reports and `emit-go`."""
+    ops: int = 30
+    conditionals: int = 3
+    constants: int = 10
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        return (self.ops, self.conditionals, self.constants)
+
+    def __str__(self) -> str:
+        return f"{self.ops} operations, {self.conditionals} conditionals, {self.constants} constants"
