@@ -1,4 +1,4 @@
-"""The three baselines of DESIGN.md section 6, scored through the same evaluator.
+"""The three baselines of docs/architecture.md ("Baselines"), scored through the same evaluator.
 
 - blackbox: BLIS's 3-coefficient model b0 + b1*P + b2*D, fitted per model.
 - roofline: uncalibrated: BLIS's roofline constants (hardware_config.json: bandwidth
@@ -7,7 +7,10 @@
 """
 from __future__ import annotations
 
-from evaluator.evaluate import Evaluation, Evaluator
+from evaluator.evaluate import Evaluator
+from evaluator.program import Program, parse_program
+from evaluator.records import Evaluation
+from seeds import seed_sources
 
 ROOFLINE_SOURCE = '''"""Uncalibrated roofline with BLIS's constants: max(compute, memory / efficiency) + per-layer overhead."""
 BW_EFFICIENCY = 0.82
@@ -23,9 +26,7 @@ def predict_step_time(t_prefill_gemm, t_prefill_attn, t_decode_gemm, t_decode_kv
 BASELINES = ("blackbox", "roofline", "linear_physics")
 
 
-def baseline_program(name: str):
-    from evaluator.program import parse_program
-    from seeds import seed_sources
+def baseline_program(name: str) -> Program:
     if name == "roofline":
         return parse_program(ROOFLINE_SOURCE)
     return parse_program(seed_sources()[name])

@@ -2,9 +2,10 @@
 
 One numba function, `fill_components`, computes them from aggregate step quantities
 (prefill tokens P, decode tokens D, prefill/decode request counts, running batch B,
-KV tokens held K). The same function serves real step rows, the simulator, and is
-mirrored line by line in the emitted Go code, so a program means the same thing in
-all three places.
+KV tokens held K). It serves real step rows and the simulator; it and the emitted Go's
+fillComponents are both generated from the formula table in evaluator.component_table
+(the numba one into evaluator/components_kernel.py), so a program means the same thing
+in all three places.
 
 Definitions (times in microseconds, bf16 = 2 bytes):
   params per layer     attn = h*(nq*hd) + 2*h*(nkv*hd) + (nq*hd)*h ; mlp = 3*h*ffn per expert
@@ -28,107 +29,26 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from evaluator.component_table import COMPONENT_ROWS
+from evaluator.component_table import MODEL_FIELDS as TABLE_MODEL_FIELDS
+from evaluator.components_kernel import fill_components
+
+__all__ = ["PREDICTOR_SIGNATURE", "PREDICTOR_TYPE", "COMPONENTS", "N_COMPONENTS", "COMPONENT_INDEX",
+           "COMPONENT_DOCS", "MODEL_FIELDS", "fill_components", "components_matrix", "model_vector",
+           "batch_aggregates", "BLOCK_SIZE"]
+
 # Every candidate is compiled to f(x, c) -> step cycle in us, x = components, c = constants.
 PREDICTOR_SIGNATURE = numba.float64(numba.float64[::1], numba.float64[::1])
 PREDICTOR_TYPE = numba.types.FunctionType(PREDICTOR_SIGNATURE)
 
-COMPONENTS: tuple[str, ...] = (
-    "t_prefill_gemm",
-    "t_prefill_attn",
-    "t_decode_gemm",
-    "t_decode_kv",
-    "t_weights",
-    "t_allreduce",
-    "t_lm_head",
-    "P",
-    "D",
-    "B",
-    "K",
-    "n_prefill",
-    "n_decode",
-    "layers",
-    "tp",
-)
+COMPONENTS: tuple[str, ...] = tuple(row.name for row in COMPONENT_ROWS)
 N_COMPONENTS = len(COMPONENTS)
 COMPONENT_INDEX = {name: i for i, name in enumerate(COMPONENTS)}
-
-COMPONENT_DOCS = {
-    "t_prefill_gemm": "prefill GEMM time (us): dense matmul FLOPs of the prefill tokens at peak bf16",
-    "t_prefill_attn": "prefill attention time (us): causal attention FLOPs of the prefill chunks at peak",
-    "t_decode_gemm": "decode GEMM time (us): matmul FLOPs of the decode tokens at peak",
-    "t_decode_kv": "decode KV-read time (us): bytes of all held KV cache at HBM bandwidth",
-    "t_weights": "weight-load time (us): bytes of the weights read this step at HBM bandwidth (MoE: experts hit)",
-    "t_allreduce": "TP all-reduce time (us): activation bytes over NVLink, 0 at TP=1",
-    "t_lm_head": "LM-head time (us): logits FLOPs for the sampled tokens at peak",
-    "P": "prefill tokens scheduled this step",
-    "D": "decode tokens scheduled this step (one per decoding request)",
-    "B": "running batch size (requests in the running queue)",
-    "K": "KV tokens held in GPU cache",
-    "n_prefill": "requests with a prefill chunk this step",
-    "n_decode": "requests decoding this step",
-    "layers": "transformer layers of the model",
-    "tp": "tensor-parallel degree",
-}
+COMPONENT_DOCS = {row.name: row.doc for row in COMPONENT_ROWS}
 
 # Layout of the per-model hardware+architecture vector consumed by fill_components.
-MODEL_FIELDS: tuple[str, ...] = (
-    "layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn", "n_experts", "top_k",
-    "vocab", "tp", "peak_flops", "hbm_bw", "nvlink_bw",
-)
+MODEL_FIELDS: tuple[str, ...] = TABLE_MODEL_FIELDS
 MI = {name: i for i, name in enumerate(MODEL_FIELDS)}
-
-
-@numba.njit(cache=True, fastmath=False)
-def fill_components(model, P, D, n_prefill, n_decode, B, K, out):
-    """Write the components of one step into `out` (length N_COMPONENTS)."""
-    L = model[0]
-    h = model[1]
-    nq = model[2]
-    nkv = model[3]
-    hd = model[4]
-    ffn = model[5]
-    n_exp = model[6]
-    top_k = model[7]
-    vocab = model[8]
-    tp = model[9]
-    flops = model[10]
-    bw = model[11]
-    nvlink = model[12]
-    attn_params = h * (nq * hd) + 2.0 * h * (nkv * hd) + (nq * hd) * h
-    mlp_params = 3.0 * h * ffn
-    tokens = P + D
-    if n_exp > 1.0:
-        k_flop = top_k
-        active = n_exp * (1.0 - (1.0 - top_k / n_exp) ** tokens)
-    else:
-        k_flop = 1.0
-        active = 1.0
-    flop_params = L * (attn_params + k_flop * mlp_params)
-    us = 1e6
-    out[0] = 2.0 * P * flop_params / tp / flops * us
-    if n_prefill > 0.0:
-        out[1] = 4.0 * L * nq * hd * P * (P / n_prefill) / 2.0 / tp / flops * us
-    else:
-        out[1] = 0.0
-    out[2] = 2.0 * D * flop_params / tp / flops * us
-    out[3] = K * 2.0 * L * nkv * hd * 2.0 / tp / bw * us
-    if tokens > 0.0:
-        out[4] = 2.0 * (L * (attn_params + active * mlp_params) + 2.0 * vocab * h) / tp / bw * us
-    else:
-        out[4] = 0.0
-    if tp > 1.0:
-        out[5] = 2.0 * L * tokens * h * 2.0 * 2.0 * (tp - 1.0) / tp / nvlink * us
-    else:
-        out[5] = 0.0
-    out[6] = 2.0 * (n_prefill + D) * vocab * h / tp / flops * us
-    out[7] = P
-    out[8] = D
-    out[9] = B
-    out[10] = K
-    out[11] = n_prefill
-    out[12] = n_decode
-    out[13] = L
-    out[14] = tp
 
 
 @numba.njit(cache=True)

@@ -1,6 +1,6 @@
 """Ground truth in: read and validate a ground-truth directory, or the embedded default.
 
-Layout (see DESIGN.md section 2): experiments/<id>/{exp-config.yaml, profile.yaml,
+Layout (see docs/ingest.md and docs/architecture.md): experiments/<id>/{exp-config.yaml, profile.yaml,
 stage_N_lifecycle_metrics.json}, optional requests/, steps/, model_configs/, hardware/.
 Everything else in the project consumes the `GroundTruth` built here, so every figure is
 checked once, with an error that names the file and the field.
@@ -46,7 +46,7 @@ class Stage:
     mean_output: float = 0.0
     e2e_s: float = math.nan  # measured means
     ttft_s: float = math.nan
-    itl_s: float = math.nan  # true per-output-token time (ratio of sums), see DESIGN.md section 1
+    itl_s: float = math.nan  # true per-output-token time (ratio of sums), see docs/architecture.md, fact 3
     reported_itl_s: float = math.nan  # inference-perf's inter_token_latency mean
     itl_source: str = "requests"
 

@@ -11,46 +11,24 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 import numpy as np
 
 from evaluator.data import GroundTruth, per_token_time
 from evaluator.fitting import (MAX_STATES_PER_STAGE, Overheads, StageStates, fit_constants, fit_overheads,
                                states_to_components, subsample)
+from evaluator.objectives import selection_loss
+from evaluator.program import parse_program
+from evaluator.records import Evaluation, StageScore
 from evaluator.simulator import SimResult, simulate
 from evaluator.step_scoring import build_step_rows, predict_rows, step_metrics
 from evaluator.workload import build_workload
+from seeds import seed_sources
 
 MAX_STEPS = 5_000_000
 RUNAWAY_FACTOR = 5
 RUNAWAY_MIN_STEPS = 500_000
-
-OBJECTIVES = ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "complexity")
-
-
-def selection_loss(o: dict) -> float:
-    """One number to rank candidates (cell elitism, keeping a refit): mean E2E error, ties
-    broken by ITL and TTFT error; a missing or non-finite term counts as 1e9."""
-    f = lambda k: o.get(k, math.inf) if math.isfinite(o.get(k, math.inf)) else 1e9  # noqa: E731
-    return f("e2e_mean") + 0.25 * f("itl_mean") + 0.1 * f("ttft_mean")
-
-
-@dataclass
-class Evaluation:
-    valid: bool
-    error: str | None = None
-    constants: dict[str, list[float]] = field(default_factory=dict)
-    overheads: dict[str, dict] = field(default_factory=dict)
-    rows: list[dict] = field(default_factory=list)  # one per experiment x stage
-    steps: dict[str, dict] = field(default_factory=dict)  # per experiment with step rows
-    objectives: dict[str, float] = field(default_factory=dict)
-    sim_steps: int = 0
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
 
 def _edge_states(kv_tokens: float) -> np.ndarray:
     """A grid of batch states at the edges of what a simulation can visit."""
@@ -166,8 +144,6 @@ class Evaluator:
     def reference_states(self) -> dict[str, np.ndarray]:
         """Batch states from a calibrated blackbox simulation, computed once per evaluator."""
         if self._reference is None:
-            from evaluator.program import parse_program
-            from seeds import seed_sources
             ref = parse_program(seed_sources()["blackbox"])
             f = ref.compiled()
             consts = {}
@@ -251,10 +227,8 @@ class Evaluator:
             if bad2 is None and self._train_loss(f, new, results2) <= self._train_loss(f, consts, results):
                 consts, results = new, results2
         ev = self._score(f, consts, results, overheads)
-        ev.sim_steps = n_steps
-        ev.seconds = time.perf_counter() - t0
-        ev.objectives["complexity"] = float(program.complexity.total)
-        return ev
+        return replace(ev, sim_steps=n_steps, seconds=time.perf_counter() - t0,
+                       objectives={**ev.objectives, "complexity": float(program.complexity.total)})
 
     def _simulate_all(self, f, consts, record=False) -> tuple[dict[str, SimResult], str | None]:
         """Simulate every experiment; (results, why invalid or None)."""
@@ -284,17 +258,15 @@ class Evaluator:
         return None
 
     def _invalid(self, why: str, t0: float, consts=None) -> Evaluation:
-        ev = Evaluation(valid=False, error=why, seconds=time.perf_counter() - t0)
-        if consts:
-            ev.constants = {k: [float(x) for x in v] for k, v in consts.items()}
-        ev.objectives = {k: math.inf for k in OBJECTIVES}
-        return ev
+        return Evaluation.invalid(why, seconds=time.perf_counter() - t0,
+                                  constants={k: [float(x) for x in v] for k, v in (consts or {}).items()})
 
     def _score(self, f, consts, results, overheads_in, part: str = "test") -> Evaluation:
         """Errors per experiment x stage on the reported (held-out) part; part="train" scores
         the fitting experiments' training part instead (no step rows), for model selection."""
-        ev = Evaluation(valid=True)
-        ev.constants = {k: [float(x) for x in v] for k, v in consts.items()}
+        constants = {k: [float(x) for x in v] for k, v in consts.items()}
+        scores: list[StageScore] = []
+        steps: dict[str, dict] = {}
         # request-level overheads, fitted per model on the training requests
         ovh: dict[str, Overheads] = {}
         if overheads_in is not None:
@@ -321,7 +293,7 @@ class Evaluator:
                                     for k in Overheads().as_dict()})
                 for e in self.exps:
                     ovh.setdefault(e.model, mean)
-        ev.overheads = {k: v.as_dict() for k, v in ovh.items()}
+        overheads = {k: v.as_dict() for k, v in ovh.items()}
         # per experiment x stage errors on the reported part
         train = part == "train"
         for e in (self.fit_exps if train else self.report_exps):
@@ -340,7 +312,7 @@ class Evaluator:
                 me2e, mttft, mitl = self._measured(e, s.index, mask)
                 pe2e, pttft = float(e2e[sel].mean()) / 1e6, float(ttft[sel].mean()) / 1e6
                 pitl = per_token_time(e2e[sel], ttft[sel], wl.gen_len[sel]) / 1e6
-                ev.rows.append({
+                scores.append({
                     "experiment": e.id, "model": e.model, "workload": e.workload, "stage": s.index,
                     "rate": s.rate, "n_requests": int(sel.sum()),
                     "pred_e2e_s": pe2e, "meas_e2e_s": me2e, "e2e_err": abs(pe2e - me2e) / me2e,
@@ -358,14 +330,15 @@ class Evaluator:
             pred = predict_rows(f, rows.X, np.ascontiguousarray(c))
             if not np.all(np.isfinite(pred) & (pred >= 1.0)):
                 return self._invalid(f"invalid prediction on real step rows of {model}", time.perf_counter())
-            ev.steps.update(step_metrics(pred, rows, "test" if self.holdout is None else "all"))
-        e2e = [x["e2e_err"] for x in ev.rows]
-        mape = [v["step_mape"] for v in ev.steps.values() if math.isfinite(v["step_mape"])]
-        ev.objectives = {
+            steps.update(step_metrics(pred, rows, "test" if self.holdout is None else "all"))
+        e2e = [x["e2e_err"] for x in scores]
+        mape = [v["step_mape"] for v in steps.values() if math.isfinite(v["step_mape"])]
+        objectives = {
             "step_mape": float(np.mean(mape)) if mape else math.nan,
             "e2e_mean": float(np.mean(e2e)) if e2e else math.nan,
             "e2e_worst": float(np.max(e2e)) if e2e else math.nan,
-            "ttft_mean": float(np.mean([x["ttft_err"] for x in ev.rows])) if ev.rows else math.nan,
-            "itl_mean": float(np.mean([x["itl_err"] for x in ev.rows])) if ev.rows else math.nan,
+            "ttft_mean": float(np.mean([x["ttft_err"] for x in scores])) if scores else math.nan,
+            "itl_mean": float(np.mean([x["itl_err"] for x in scores])) if scores else math.nan,
         }
-        return ev
+        return Evaluation(valid=True, constants=constants, overheads=overheads, rows=tuple(scores), steps=steps,
+                          objectives=objectives)

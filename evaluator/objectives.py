@@ -42,6 +42,16 @@ def finite_or_none(value) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def sortable_or_none(value) -> float | None:
+    """A float for a SQL column: None for missing, non-numeric or NaN; infinities are kept
+    (an invalid candidate's errors), so they sort after every finite value."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
 def ranked(value) -> float:
     """A float for ranking: missing, non-numeric, NaN or infinite count as INVALID."""
     x = finite_or_none(value)
@@ -71,7 +81,7 @@ def selection_loss(objectives: Mapping) -> float:
 
 @dataclass(frozen=True)
 class Caps:
-    """The Go complexity cap (DESIGN section 4), carried from the CLI to the mutators, the LLM
+    """The Go complexity cap (docs/architecture.md, "Go target"), carried from the CLI to the mutators, the LLM
     prompt, the judge's reports and `emit-go`."""
     ops: int = 30
     conditionals: int = 3

@@ -506,3 +506,140 @@ def _exec_kernel(prog: Program, use_math_module: bool):
 def load_program(source: str) -> Program:
     """Alias kept for readability at call sites that load stored programs."""
     return parse_program(source)
+
+
+# ---------------------------------------------------------------- branch collapse
+
+def collapse_conditional(program: Program, index: int, keep_body: bool) -> Program | None:
+    """The program with its `index`-th conditional (an `if` statement or an `a if c else b`,
+    counted in ast.walk order) replaced by one branch; None if that leaves nothing valid.
+    Unused constants and parameters disappear with the dropped branch.
+
+    Lives here, next to the contract, because both the offline mutator (evolve) and the
+    dead-branch simplification before Go emission (go_emit) need it."""
+    tree = parse_source(program.source)
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    _normalize_calls(func)
+    conds = [n for n in ast.walk(func) if isinstance(n, (ast.If, ast.IfExp))]
+    if not 0 <= index < len(conds):
+        raise IndexError(f"program has {len(conds)} conditionals, no #{index}")
+    target = conds[index]
+
+    class _Collapse(ast.NodeTransformer):
+        def visit_IfExp(self, node):
+            if node is target:
+                return self.visit(node.body if keep_body else node.orelse)
+            return self.generic_visit(node)
+
+        def visit_If(self, node):
+            if node is target:
+                return [self.visit(st) for st in (node.body if keep_body else node.orelse)]
+            return self.generic_visit(node)
+
+    _Collapse().visit(func)
+    if not func.body:
+        return None
+    source = render_function(func, program.params, program.constants)
+    if source is None:
+        return None
+    try:
+        return parse_program(source)
+    except ProgramError:
+        return None
+
+
+def render_function(func: ast.FunctionDef, params: list[str], constants: dict[str, float]) -> str | None:
+    """Program source for an edited function AST: unreachable statements and dead locals
+    dropped, parameters = the components read (earlier order kept, new ones in COMPONENTS
+    order), only the constants still read. None if no component is read any more."""
+    _truncate_unreachable(func.body)
+    _drop_dead_code(func)
+    used = loaded_names(func)
+    comps = [n for n in used if n in COMPONENT_INDEX]
+    if not comps:
+        return None
+    kept = [p for p in params if p in comps]
+    kept += sorted((c for c in comps if c not in kept), key=COMPONENT_INDEX.__getitem__)
+    func.args = ast.arguments(posonlyargs=[], args=[ast.arg(p) for p in kept], vararg=None,
+                              kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    func.decorator_list = []
+    used_set = set(used)
+    lines = [f"{n} = {float(v)!r}" for n, v in constants.items() if n in used_set]
+    ast.fix_missing_locations(func)
+    head = "\n".join(lines) + "\n\n\n" if lines else ""
+    return head + ast.unparse(func) + "\n"
+
+
+def loaded_names(node: ast.AST) -> list[str]:
+    """Names read, without duplicates, in depth-first field order (deterministic)."""
+    seen: dict[str, None] = {}
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            seen.setdefault(n.id, None)
+        stack.extend(reversed(list(ast.iter_child_nodes(n))))
+    return list(seen)
+
+
+def _normalize_calls(func: ast.FunctionDef) -> None:
+    """math.sqrt(x) -> sqrt(x), math.fabs(x) -> abs(x)."""
+    for n in ast.walk(func):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+            name = call_name(n)
+            if name is not None:
+                n.func = ast.Name(name, ast.Load())
+
+
+def _statement_returns(st: ast.stmt) -> bool:
+    if isinstance(st, ast.Return):
+        return True
+    if isinstance(st, ast.If):
+        return bool(st.body) and bool(st.orelse) and _statement_returns(st.body[-1]) \
+            and _statement_returns(st.orelse[-1])
+    return False
+
+
+def _truncate_unreachable(block: list[ast.stmt]) -> None:
+    for i, st in enumerate(block):
+        if isinstance(st, ast.If):
+            _truncate_unreachable(st.body)
+            _truncate_unreachable(st.orelse)
+        if _statement_returns(st):
+            del block[i + 1:]
+            return
+
+
+def _drop_dead_code(func: ast.FunctionDef) -> None:
+    """Remove assignments to locals nobody reads and `if`s containing only such assignments."""
+    while True:
+        loaded = set(loaded_names(func))
+        changed = False
+
+        def dead(st) -> bool:
+            if isinstance(st, ast.Assign):
+                return st.targets[0].id not in loaded
+            if isinstance(st, ast.If):
+                return all(dead(s) for s in st.body) and all(dead(s) for s in st.orelse)
+            return False
+
+        def prune(block: list[ast.stmt]) -> list[ast.stmt]:
+            nonlocal changed
+            kept = []
+            for st in block:
+                if dead(st):
+                    continue
+                if isinstance(st, ast.If):
+                    st.body = prune(st.body)
+                    if st.orelse:
+                        st.orelse = prune(st.orelse)
+                kept.append(st)
+            if not kept and block:
+                return block[:1]  # keep the block non-empty; still valid as before
+            if len(kept) != len(block):
+                changed = True
+            return kept
+
+        func.body = prune(func.body)
+        if not changed:
+            return

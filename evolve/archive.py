@@ -6,7 +6,7 @@
                              generation=4, evaluation=ev, llm_model="openai/qwen")
     arch.frontier(run)                           # list of records (program + evaluation)
 
-SQLite facts this module relies on (DESIGN.md section 8):
+SQLite facts this module relies on (docs/architecture.md, fact 8):
   * WAL journal, synchronous=NORMAL, busy_timeout=30 s, foreign keys on, set on connect.
   * pysqlite's own transaction handling is disabled (isolation_level=None) and the
     SQLAlchemy `begin` event emits `BEGIN IMMEDIATE`, so a write transaction takes the
@@ -52,11 +52,16 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, create_engine, delete,
-                        event, select, text, update)
+                        event, func, select, text, update)
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-OBJECTIVE_COLUMNS = ("step_mape", "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "complexity")
+from evaluator.objectives import ORDER, finite_or_none, sortable_or_none
+from evaluator.program import Program, ProgramError, parse_program
+from evaluator.records import Evaluation
+from evolve.pareto import objective_vector, pareto_front
+
+OBJECTIVE_COLUMNS = ORDER  # one float column per objective, for SQL sorting
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 STAGES = ("screen", "full")
 SCHEMA_VERSION = 1
@@ -206,29 +211,21 @@ def make_engine(path: str | os.PathLike, echo: bool = False):
 
 # ---------------------------------------------------------------- helpers
 
-def _f(v) -> float | None:
-    """Float for an objective column: NaN / non-numbers -> NULL."""
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
-
-
-def _eval_dict(evaluation) -> dict:
+def _as_evaluation(evaluation) -> Evaluation:
+    """The typed record; a JSON dict (a worker's reply, an archive record) goes through the
+    one converter, `Evaluation.from_json`."""
     if evaluation is None:
         raise ArchiveError("evaluation is None")
+    if isinstance(evaluation, Evaluation):
+        return evaluation
     if isinstance(evaluation, Mapping):
-        return dict(evaluation)
-    if hasattr(evaluation, "to_dict"):
-        return evaluation.to_dict()
-    return dict(vars(evaluation))
+        return Evaluation.from_json(evaluation)
+    raise ArchiveError(f"not an Evaluation: {type(evaluation).__name__}")
 
 
-def _program_fields(program) -> dict:
+def _program_fields(program: Program | str) -> dict:
     """Columns describing a program: from an evaluator.program.Program or raw source."""
     if isinstance(program, str):
-        from evaluator.program import ProgramError, parse_program
         try:
             program = parse_program(program)
         except ProgramError as e:
@@ -272,14 +269,12 @@ def _full_record(p: ProgramRow, e: EvaluationRow | None, full: bool = True) -> d
     return d
 
 
-def to_evaluation(record: Mapping):
-    """An evaluator.evaluate.Evaluation rebuilt from an archive evaluation dict."""
-    from evaluator.evaluate import Evaluation
-    ev = record.get("evaluation", record) if "evaluation" in record else record
-    return Evaluation(valid=bool(ev["valid"]), error=ev.get("error"), constants=ev.get("constants", {}),
-                      overheads=ev.get("overheads", {}), rows=ev.get("rows", []), steps=ev.get("steps", {}),
-                      objectives=ev.get("objectives", {}), sim_steps=ev.get("sim_steps", 0),
-                      seconds=ev.get("seconds", 0.0))
+def to_evaluation(record: Mapping) -> Evaluation:
+    """The Evaluation of an archive record (`program(id)`, or its "evaluation" dict)."""
+    ev = record["evaluation"] if "evaluation" in record else record
+    if ev is None:
+        raise ArchiveError(f"program {record.get('id')} has no evaluation")
+    return Evaluation.from_json(ev)
 
 
 # ---------------------------------------------------------------- the archive
@@ -483,17 +478,16 @@ class Archive:
     def _put_evaluation(self, s: Session, program_id: int, evaluation, stage: str, flush: bool = True) -> None:
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}")
-        d = _eval_dict(evaluation)
-        obj = dict(d.get("objectives") or {})
+        d = _as_evaluation(evaluation).to_json()
+        obj = dict(d["objectives"])
         if "complexity" not in obj:
             c = s.scalar(select(ProgramRow.complexity).where(ProgramRow.id == program_id))
             if c is not None:
                 obj["complexity"] = float(c)
-        vals = dict(valid=bool(d.get("valid")), error=d.get("error"), objectives=obj,
-                    rows=list(d.get("rows") or []), steps=dict(d.get("steps") or {}),
-                    constants=dict(d.get("constants") or {}), overheads=dict(d.get("overheads") or {}),
-                    sim_steps=int(d.get("sim_steps") or 0), seconds=float(d.get("seconds") or 0.0), stage=stage,
-                    created_at=time.time(), **{k: _f(obj.get(k)) for k in OBJECTIVE_COLUMNS})
+        vals = dict(valid=d["valid"], error=d["error"], objectives=obj, rows=d["rows"], steps=d["steps"],
+                    constants=d["constants"], overheads=d["overheads"], sim_steps=d["sim_steps"],
+                    seconds=d["seconds"], stage=stage, created_at=time.time(),
+                    **{k: sortable_or_none(obj.get(k)) for k in OBJECTIVE_COLUMNS})
         existing = s.scalar(select(EvaluationRow).where(EvaluationRow.program_id == program_id))
         if existing is None:
             s.add(EvaluationRow(program_id=program_id, **vals))
@@ -569,6 +563,12 @@ class Archive:
             e = s.scalar(select(EvaluationRow).where(EvaluationRow.program_id == p.id))
             return _full_record(p, e)
 
+    def evaluation(self, program_id: int) -> Evaluation | None:
+        """The typed Evaluation of a program (None if it has none)."""
+        with self._read() as s, s.begin():
+            e = s.scalar(select(EvaluationRow).where(EvaluationRow.program_id == int(program_id)))
+            return Evaluation.from_json(_evaluation_record(e)) if e is not None else None
+
     def programs(self, run_id: str, include_rejected: bool = False) -> list[dict]:
         q = select(ProgramRow).where(ProgramRow.run_id == run_id).order_by(ProgramRow.id)
         if not include_rejected:
@@ -642,7 +642,6 @@ class Archive:
         return sorted(recs, key=_sort_key)
 
     def _computed_front(self, s: Session, run_id: str | None, stage: str) -> list[int]:
-        from evolve.pareto import objective_vector, pareto_front
         q = (select(ProgramRow.id, EvaluationRow.objectives).join(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
              .where(ProgramRow.valid.is_(True), EvaluationRow.valid.is_(True)))
         if stage is not None:
@@ -682,7 +681,8 @@ class Archive:
         vals = {"model": record.get("model"), "prompt": prompt,
                 "reply": record.get("reply_text", record.get("reply")),
                 "prompt_tokens": record.get("prompt_tokens"), "completion_tokens": record.get("completion_tokens"),
-                "cost_usd": _f(record.get("cost_usd")), "latency_s": _f(record.get("latency_s")),
+                "cost_usd": sortable_or_none(record.get("cost_usd")),
+                "latency_s": sortable_or_none(record.get("latency_s")),
                 "record": record}
         ins = sqlite_insert(LLMCall).values(cache_key=key, created_at=time.time(), run_id=run_id,
                                             program_id=program_id, **vals)
@@ -703,7 +703,6 @@ class Archive:
             s.execute(update(LLMCall).where(LLMCall.cache_key == key).values(program_id=int(program_id)))
 
     def llm_stats(self, run_id: str | None = None) -> dict:
-        from sqlalchemy import func
         q = select(func.count(LLMCall.id), func.sum(LLMCall.prompt_tokens), func.sum(LLMCall.completion_tokens),
                    func.sum(LLMCall.cost_usd), func.sum(LLMCall.latency_s))
         if run_id is not None:
@@ -733,6 +732,7 @@ def _sort_key(r: dict):
     obj = r.get("objectives") or {}
 
     def fin(v):
-        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
+        x = finite_or_none(v)
+        return math.inf if x is None else x
     c = fin(obj.get("complexity")) if obj.get("complexity") is not None else fin(r.get("complexity"))
     return (c, fin(obj.get("e2e_mean")), r["id"])

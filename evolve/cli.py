@@ -7,12 +7,29 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from evaluator.baselines import BASELINES, baseline_records, run_baselines
+from evaluator.data import DataError, build_default_table, load, load_ground_truth
+from evaluator.evaluate import Evaluator
+from evaluator.ingest import IngestError, ingest_request_lifecycle, ingest_step_traces, write_ground_truth
+from evaluator.objectives import Caps, finite_or_none, ranked
+from evaluator.program import ProgramError, parse_program
+from evolve.archive import Archive, ArchiveError
+from evolve.baselines_store import stored_baselines
+from evolve.config import RunConfig, config_from_args
+from evolve.search import Search
+from evolve.views import frontier_table, render_frontier, report_html, serve, show_program
+from evolve.views.format import BASELINE_PREFIX, clean_json
+from go_emit import GoEmitError, emit_record
 
 
 def _pct(x) -> str:
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:.1f}%"
+    x = finite_or_none(x)
+    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def _console() -> Console:
@@ -21,7 +38,6 @@ def _console() -> Console:
 
 
 def _load_gt(args):
-    from evaluator.data import DataError, load
     try:
         return load(args.data)
     except DataError as e:
@@ -29,8 +45,6 @@ def _load_gt(args):
 
 
 def cmd_baselines(args) -> int:
-    from evaluator.baselines import BASELINES, baseline_records, run_baselines
-    from evaluator.evaluate import Evaluator
     gt = _load_gt(args)
     ev = Evaluator(gt, train_fraction=args.train_fraction)
     res = run_baselines(ev)
@@ -72,7 +86,6 @@ def cmd_baselines(args) -> int:
 
 
 def cmd_make_default(args) -> int:
-    from evaluator.data import DataError, build_default_table, load_ground_truth
     try:
         gt = load_ground_truth(args.data)
     except DataError as e:
@@ -84,7 +97,6 @@ def cmd_make_default(args) -> int:
 
 
 def cmd_ingest(args) -> int:
-    from evaluator.ingest import IngestError, ingest_request_lifecycle, ingest_step_traces, write_ground_truth
     steps = reqs = None
     try:
         if args.traces:
@@ -102,32 +114,19 @@ def cmd_ingest(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from evaluator.evaluate import Evaluator
-    from evaluator.program import ProgramError, parse_program
     try:
         prog = parse_program(Path(args.program).read_text())
     except (OSError, ProgramError) as e:
         sys.exit(f"error: {args.program}: {e}")
     gt = _load_gt(args)
     res = Evaluator(gt, train_fraction=args.train_fraction).evaluate(prog)
-    print(json.dumps(res.to_dict() if args.json else
+    print(json.dumps(res.to_json() if args.json else
                      {"valid": res.valid, "error": res.error, "objectives": res.objectives,
                       "seconds": res.seconds}, indent=1, default=float))
     return 0 if res.valid else 1
 
 
-def _search_config(args, seed=None):
-    from evolve.search import RunConfig
-    return RunConfig(budget=args.budget, seed=args.seed if seed is None else seed, data=args.data,
-                     workers=args.workers, llm=getattr(args, "llm", None), llm_base=getattr(args, "llm_base", None),
-                     generation_size=args.generation_size, timeout_s=args.timeout,
-                     train_fraction=args.train_fraction, replay=getattr(args, "replay", None))
-
-
-def _run_one(cfg, archive, resume=None, quiet=False):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from evolve.search import Search
+def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet: bool = False) -> dict:
     prog = Progress(TextColumn("[bold]{task.fields[run]}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("best E2E {task.fields[best]}  ITL {task.fields[itl]}  step {task.fields[step]}"
                                "  frontier {task.fields[front]}"), TimeElapsedColumn(),
@@ -141,7 +140,7 @@ def _run_one(cfg, archive, resume=None, quiet=False):
         o = best.objectives if best else {}
         prog.update(task, completed=run["n_evaluated"], run=search.run_id, best=_pct(o.get("e2e_mean")),
                     itl=_pct(o.get("itl_mean")),
-                    step=_pct(min((m.objectives.get("step_mape", math.inf) for m in fr), default=None)),
+                    step=_pct(_best_step_mape(fr)),
                     front=len(fr))
 
     search = Search(cfg, archive, progress=update)
@@ -160,22 +159,25 @@ def _run_one(cfg, archive, resume=None, quiet=False):
     fr = search.state.frontier
     best = min(fr, key=lambda m: m.objectives["e2e_mean"], default=None)
     out["best"] = {"id": best.id, **best.objectives} if best else None
-    out["best_step_mape"] = min((m.objectives.get("step_mape", math.inf) for m in fr
-                                 if math.isfinite(m.objectives.get("step_mape", math.nan))), default=math.nan)
+    out["best_step_mape"] = _best_step_mape(fr)
     return out
 
 
+def _best_step_mape(members) -> float:
+    """Lowest finite per-step MAPE among the members (NaN if none has one)."""
+    mapes = [finite_or_none(m.objectives.get("step_mape")) for m in members]
+    return min((x for x in mapes if x is not None), default=math.nan)
+
+
 def cmd_run(args) -> int:
-    from evolve.archive import Archive
     archive = Archive(args.archive)
-    cfg = _search_config(args)
+    stored = None
     if args.resume:
         run = archive.get_run(args.resume)
         if run is None:
             sys.exit(f"error: no run {args.resume!r} in {args.archive}")
-        from evolve.search import RunConfig
-        cfg = RunConfig(**{**run["config"], "budget": args.budget, "workers": args.workers,
-                           "caps": tuple(run["config"]["caps"])})
+        stored = run["config"]
+    cfg = config_from_args(args, stored)
     try:
         out = _run_one(cfg, archive, resume=args.resume)
     except KeyboardInterrupt:
@@ -195,13 +197,10 @@ def cmd_run(args) -> int:
 
 
 def cmd_pilot(args) -> int:
-    import numpy as np
-
-    from evolve.archive import Archive
     archive = Archive(args.archive)
     outs = []
     for k in range(args.runs):
-        outs.append(_run_one(_search_config(args, seed=args.seed + k), archive))
+        outs.append(_run_one(config_from_args(args, seed=args.seed + k), archive))
     t = Table(title=f"pilot: {args.runs} runs x budget {args.budget}, seeds {args.seed}..{args.seed + args.runs - 1}")
     for c in ("metric", "median", "min", "max", *[o["run_id"] for o in outs]):
         t.add_column(c, justify="right")
@@ -222,73 +221,25 @@ def cmd_pilot(args) -> int:
 
 
 def cmd_emit_go(args) -> int:
-    from evaluator.data import load
-    from evaluator.program import parse_program
-    from go_emit.emit import GoEmitError, emit_go
     archive = _read_archive(args.archive)
     rec = _program_or_exit(archive, args)
-    ev = rec.get("evaluation") or {}
-    if not ev.get("valid") or not ev.get("constants"):
-        sys.exit(f"error: program {args.program_id} has no valid evaluation with fitted constants")
     run = archive.get_run(rec["run_id"]) or {}
-    gt = load((run.get("config") or {}).get("data"))
-    vectors = {e.model: e.model_vec(gt.hardware) for e in gt.experiments}
-    consts = ev["constants"]
-    by_model = {m: consts.get(m, consts.get("*")) for m in vectors if m in consts or "*" in consts}
-    scores = {k: v for k, v in (ev.get("objectives") or {}).items()}
-    program = parse_program(rec["source"])
-    if not args.no_simplify:
-        from evaluator.evaluate import Evaluator
-        from evolve.simplify import probes_by_model, simplify
-        simp = simplify(program, by_model, probes_by_model(Evaluator(gt)))
-        if simp.removed:
-            print(f"simplified: {simp.removed} conditional(s) never switch on {simp.n_probes} probe states; "
-                  f"complexity {program.complexity.total} -> {simp.program.complexity.total}")
-            program, by_model = simp.program, simp.constants
-            scores["complexity"] = float(program.complexity.total)
     try:
-        code = emit_go(program, by_model, {m: vectors[m] for m in by_model},
-                       {m: ev.get("overheads", {}).get(m, {}) for m in by_model}, package=args.package,
-                       interface=args.interface, program_id=str(args.program_id), scores=scores,
-                       caps=(args.max_ops, args.max_cond, args.max_consts))
-    except GoEmitError as e:
+        gt = load((run.get("config") or {}).get("data"))
+        out = emit_record(rec, gt, package=args.package, interface=args.interface,
+                          caps=Caps(args.max_ops, args.max_cond, args.max_consts), simplify=not args.no_simplify)
+    except (DataError, GoEmitError) as e:
         sys.exit(f"error: {e}")
-    Path(args.output).write_text(code)
-    print(f"wrote {args.output}: program {args.program_id}, models {', '.join(sorted(by_model))}")
+    if out.note:
+        print(out.note)
+    Path(args.output).write_text(out.code)
+    print(f"wrote {args.output}: program {args.program_id}, models {', '.join(out.models)}")
     return 0
-
-
-def _baselines_for(archive, run_id):
-    """Baseline evaluations on the data of `run_id`, stored once in the archive as a run of
-    their own ("baselines-<data fingerprint>") so views never refit them."""
-    from evaluator.baselines import BASELINES, baseline_program, evaluate_baseline
-    from evaluator.data import load
-    from evaluator.evaluate import Evaluator
-    from evolve.archive import to_evaluation
-    run = archive.get_run(run_id) if run_id else None
-    if run is None:
-        runs = [r for r in archive.runs() if not r["id"].startswith("baselines-")]
-        run = runs[-1] if runs else None
-    data = ((run or {}).get("config") or {}).get("data")
-    gt = load(data)
-    bid = f"baselines-{gt.fingerprint()}"
-    if archive.get_run(bid) is None:
-        ev = Evaluator(gt)
-        archive.start_run({"data": data, "kind": "baselines"}, 0, gt.fingerprint(), len(BASELINES), run_id=bid)
-        for name in BASELINES:
-            archive.add_candidate(bid, baseline_program(name), operator=f"baseline:{name}",
-                                  evaluation=evaluate_baseline(ev, name))
-        archive.finish_run(bid)
-    out = {}
-    for rec in archive.programs(bid):
-        full = archive.program(rec["id"])
-        out[rec["operator"].split(":", 1)[1]] = to_evaluation(full)
-    return out
 
 
 def _best_baseline(baselines):
     ok = {k: v for k, v in baselines.items() if v.valid}
-    return min(ok.items(), key=lambda kv: kv[1].objectives.get("e2e_mean", math.inf)) if ok else (None, None)
+    return min(ok.items(), key=lambda kv: ranked(kv[1].objectives.get("e2e_mean"))) if ok else (None, None)
 
 
 def _program_or_exit(archive, args) -> dict:
@@ -299,7 +250,6 @@ def _program_or_exit(archive, args) -> dict:
 
 
 def _read_archive(path):
-    from evolve.archive import Archive, ArchiveError
     try:
         return Archive(path, readonly=True)
     except ArchiveError as e:
@@ -307,7 +257,6 @@ def _read_archive(path):
 
 
 def cmd_ui(args) -> int:
-    from evolve.ui import serve
     try:
         serve(args.archive, host=args.host, port=args.port, open_browser=False)
     except (FileNotFoundError, ValueError) as e:
@@ -316,22 +265,19 @@ def cmd_ui(args) -> int:
 
 
 def cmd_frontier(args) -> int:
-    from evolve.views import frontier_table, render_frontier
     rows = frontier_table(_read_archive(args.archive), args.run)
-    rows = [r for r in rows if not str(r.get("run", "")).startswith("baselines-")]
+    rows = [r for r in rows if not str(r.get("run", "")).startswith(BASELINE_PREFIX)]
     if args.json:
-        print(json.dumps(rows, indent=1, default=float))
+        print(json.dumps(clean_json(rows), indent=1, allow_nan=False))
     else:
         render_frontier(rows, _console())
     return 0
 
 
 def cmd_show(args) -> int:
-    from evolve.archive import Archive
-    from evolve.views import show_program
     archive = Archive(args.archive)
     rec = _program_or_exit(archive, args)
-    name, base = _best_baseline(_baselines_for(archive, rec["run_id"]))
+    name, base = _best_baseline(stored_baselines(archive, rec["run_id"]))
     con = _console()
     if name:
         con.print(f"baseline shown alongside: {name} (lowest mean E2E error of the three)")
@@ -340,11 +286,9 @@ def cmd_show(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from evolve.archive import Archive
-    from evolve.views import report_html
     archive = Archive(args.archive)
     path = report_html(archive, args.output, run=args.run, program_id=args.program,
-                       baselines=_baselines_for(archive, args.run))
+                       baselines=stored_baselines(archive, args.run))
     print(f"wrote {path}")
     return 0
 
@@ -359,8 +303,17 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--train-fraction", type=float, default=0.7,
                         help="time-ordered split inside each load stage (default 0.7)")
 
+    def caps_opts(sp):
+        d = Caps()
+        sp.add_argument("--max-ops", type=int, default=d.ops, help=f"Go cap: operations (default {d.ops})")
+        sp.add_argument("--max-cond", type=int, default=d.conditionals,
+                        help=f"Go cap: conditionals (default {d.conditionals})")
+        sp.add_argument("--max-consts", type=int, default=d.constants,
+                        help=f"Go cap: named constants (default {d.constants})")
+
     def run_opts(sp):
         data_opts(sp)
+        caps_opts(sp)
         sp.add_argument("--budget", type=int, default=2000, help="candidate evaluations (default 2000)")
         sp.add_argument("--seed", type=int, default=0)
         sp.add_argument("--archive", default="archive.db", metavar="PATH")
@@ -387,9 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-o", "--output", required=True, metavar="FILE.go")
     g.add_argument("--package", default="latency")
     g.add_argument("--interface", choices=("blis", "legacy5"), default="blis")
-    g.add_argument("--max-ops", type=int, default=30)
-    g.add_argument("--max-cond", type=int, default=3)
-    g.add_argument("--max-consts", type=int, default=10)
+    caps_opts(g)
     g.add_argument("--no-simplify", action="store_true",
                    help="emit the program as archived, dead conditionals included")
     g.set_defaults(func=cmd_emit_go)

@@ -37,9 +37,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from evaluator.components import COMPONENT_DOCS, COMPONENTS
+from evaluator.objectives import Caps
 from evaluator.program import Program, ProgramError, parse_program
 from evolve.reply_parse import ReplyError, check_caps, extract_program
 
@@ -64,13 +65,6 @@ class ParentInfo:
     errors_table: str = ""
     worst_steps: str = ""
     objectives: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Caps:
-    max_ops: int = 30
-    max_cond: int = 3
-    max_consts: int = 10
 
 
 @dataclass
@@ -100,7 +94,7 @@ class LLMResult:
 class ProposalRequest:
     kind: str
     parents: Sequence[ParentInfo]
-    caps: Any = None
+    caps: Caps | None = None
     seed: int | None = None
 
 
@@ -135,11 +129,10 @@ def load_template(name: str) -> str:
     return _TEMPLATES[name]
 
 
-def _caps_tuple(caps) -> tuple[int, int, int]:
-    if caps is None:
-        caps = Caps()
-    get = caps.get if isinstance(caps, Mapping) else (lambda k, d: getattr(caps, k, d))
-    return int(get("max_ops", 30)), int(get("max_cond", 3)), int(get("max_consts", 10))
+def _caps_kw(caps: Caps | None) -> dict[str, int]:
+    """Template placeholders of the Go cap (default: Caps())."""
+    caps = Caps() if caps is None else caps
+    return {"max_ops": caps.ops, "max_cond": caps.conditionals, "max_consts": caps.constants}
 
 
 def _fmt_objectives(obj: Mapping[str, float]) -> str:
@@ -173,14 +166,12 @@ def _render_parent(label: str, p: ParentInfo) -> str:
     )
 
 
-def system_prompt(caps=None) -> str:
-    max_ops, max_cond, max_consts = _caps_tuple(caps)
+def system_prompt(caps: Caps | None = None) -> str:
     comps = "\n".join(f"- {name}: {COMPONENT_DOCS.get(name, '')}" for name in COMPONENTS)
-    return load_template("system").format(components=comps, example=EXAMPLE_PROGRAM,
-                                          max_ops=max_ops, max_cond=max_cond, max_consts=max_consts)
+    return load_template("system").format(components=comps, example=EXAMPLE_PROGRAM, **_caps_kw(caps))
 
 
-def build_prompt(kind: str, parents: Sequence[ParentInfo], caps=None) -> list[dict[str, str]]:
+def build_prompt(kind: str, parents: Sequence[ParentInfo], caps: Caps | None = None) -> list[dict[str, str]]:
     """The chat messages [system, user] for one requested change."""
     if kind not in KINDS:
         raise ValueError(f"unknown prompt kind {kind!r} (expected one of {', '.join(KINDS)})")
@@ -189,8 +180,7 @@ def build_prompt(kind: str, parents: Sequence[ParentInfo], caps=None) -> list[di
         raise ValueError(f"{kind} takes exactly one parent, got {len(parents)}")
     if kind == "crossover" and not 2 <= len(parents) <= 3:
         raise ValueError(f"crossover takes two or three parents, got {len(parents)}")
-    max_ops, max_cond, max_consts = _caps_tuple(caps)
-    caps_kw = dict(max_ops=max_ops, max_cond=max_cond, max_consts=max_consts)
+    caps_kw = _caps_kw(caps)
     if kind == "crossover":
         blocks = [_render_parent(f"Parent {'ABC'[i]}", p) for i, p in enumerate(parents)]
         user = load_template("crossover").format(parents="\n".join(blocks), n_parents=len(parents), **caps_kw)
@@ -271,7 +261,8 @@ class LLMMutator:
         self.extra_params = dict(extra_params or {})
 
     # ------------------------------------------------------------ one call
-    def propose(self, kind: str, parents: Sequence[ParentInfo], caps=None, seed: int | None = None) -> LLMResult:
+    def propose(self, kind: str, parents: Sequence[ParentInfo], caps: Caps | None = None,
+                seed: int | None = None) -> LLMResult:
         messages = build_prompt(kind, parents, caps)  # programming errors (bad kind) do raise
         key = cache_key(self.model, messages, self.temperature, self.max_tokens, seed)
         res = LLMResult(source=None, error=None, prompt=messages, reply_text=None, model=self.model,
@@ -370,7 +361,7 @@ class LLMMutator:
         return ((res.prompt_tokens or 0) * (self.cost_per_input_token or 0.0)
                 + (res.completion_tokens or 0) * (self.cost_per_output_token or 0.0))
 
-    def _extract(self, res: LLMResult, parents: Sequence[ParentInfo], caps) -> None:
+    def _extract(self, res: LLMResult, parents: Sequence[ParentInfo], caps: Caps | None) -> None:
         parent_source = parents[0].source if parents else None
         try:
             source = extract_program(res.reply_text, parent_source)
@@ -390,7 +381,7 @@ class LLMMutator:
             res.error = f"invalid program: {e}"
             return
         if self.enforce_caps:
-            over = check_caps(prog, Caps(*_caps_tuple(caps)))
+            over = check_caps(prog, Caps() if caps is None else caps)
             if over is not None:
                 res.error = f"invalid program: complexity over the cap ({over})"
                 return
@@ -417,7 +408,7 @@ class LLMMutator:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm") as pool:
             return list(pool.map(lambda r: self.propose(r.kind, r.parents, r.caps, r.seed), reqs))
 
-    def propose_until_valid(self, kind: str, parents: Sequence[ParentInfo], caps=None, seed: int = 0,
+    def propose_until_valid(self, kind: str, parents: Sequence[ParentInfo], caps: Caps | None = None, seed: int = 0,
                             attempts: int = 3) -> list[LLMResult]:
         """Retry with seeds seed, seed+1, ... until one result is valid; all results returned."""
         out = []

@@ -2,7 +2,7 @@
 
 The default proposal operator when no LLM is configured; it needs no network.
 
-    m = OfflineMutator(caps=(30, 3, 10), rng=random.Random(7))
+    m = OfflineMutator(caps=Caps(30, 3, 10), rng=random.Random(7))
     source, op = m.propose([parent_a, parent_b])         # operator drawn by OPERATOR_WEIGHTS
     source, op = m.propose([parent_a], kind="delete")     # or a fixed operator
 
@@ -38,7 +38,9 @@ import re
 from collections.abc import Sequence
 
 from evaluator.components import COMPONENT_INDEX, COMPONENTS
-from evaluator.program import ALLOWED_CALLS, FUNC_NAME, Program, ProgramError, call_name, parse_program, parse_source
+from evaluator.objectives import Caps
+from evaluator.program import (ALLOWED_CALLS, FUNC_NAME, Program, ProgramError, call_name, collapse_conditional,
+                               parse_program, parse_source)
 
 __all__ = ["OPERATORS", "OPERATOR_WEIGHTS", "MutationError", "OfflineMutator", "collapse_conditional"]
 
@@ -359,55 +361,16 @@ class _Work:
         return head + ast.unparse(self.func) + "\n"
 
 
-def collapse_conditional(program: Program, index: int, keep_body: bool) -> Program | None:
-    """The program with its `index`-th conditional (an `if` statement or an `a if c else b`,
-    counted in ast.walk order) replaced by one branch; None if that leaves nothing valid.
-    Unused constants and parameters disappear with the dropped branch."""
-    work = _Work(program)
-    conds = [n for n in ast.walk(work.func) if isinstance(n, (ast.If, ast.IfExp))]
-    if not 0 <= index < len(conds):
-        raise IndexError(f"program has {len(conds)} conditionals, no #{index}")
-    target = conds[index]
-
-    class _Collapse(ast.NodeTransformer):
-        def visit_IfExp(self, node):
-            if node is target:
-                return self.visit(node.body if keep_body else node.orelse)
-            return self.generic_visit(node)
-
-        def visit_If(self, node):
-            if node is target:
-                return [self.visit(st) for st in (node.body if keep_body else node.orelse)]
-            return self.generic_visit(node)
-
-    _Collapse().visit(work.func)
-    if not work.func.body:
-        return None
-    try:
-        return parse_program(work.render())
-    except (ProgramError, _Fail):
-        return None
-
-
 # ---------------------------------------------------------------- the operator
-
-def _as_caps(caps) -> tuple[int, int, int]:
-    if caps is None:
-        return (30, 3, 10)
-    if isinstance(caps, dict):
-        return (int(caps.get("max_ops", 30)), int(caps.get("max_cond", 3)), int(caps.get("max_consts", 10)))
-    if hasattr(caps, "max_ops"):
-        return (int(caps.max_ops), int(caps.max_cond), int(caps.max_consts))
-    a, b, c = caps
-    return (int(a), int(b), int(c))
-
 
 class OfflineMutator:
     """Random AST mutations of candidate programs; see the module docstring."""
 
-    def __init__(self, caps=(30, 3, 10), rng: random.Random | None = None, max_tries: int = 20,
+    def __init__(self, caps: Caps = Caps(), rng: random.Random | None = None, max_tries: int = 20,
                  weights: dict[str, float] | None = None, sigma: float = 0.5):
-        self.caps = _as_caps(caps)
+        if not isinstance(caps, Caps):
+            raise TypeError(f"caps must be an evaluator.objectives.Caps, not {type(caps).__name__}")
+        self.caps = caps
         self.rng = rng if rng is not None else random.Random(0)
         self.max_tries = max_tries
         self.weights = dict(OPERATOR_WEIGHTS if weights is None else weights)
@@ -446,7 +409,7 @@ class OfflineMutator:
             if nxt is None:
                 continue
             cur = nxt
-            if cur.complexity.within(*self.caps) is None:
+            if cur.complexity.within(*self.caps.as_tuple()) is None:
                 return cur, "delete"
         raise MutationError(f"no offspring within caps {self.caps} from a parent with {progs[0].complexity}")
 
@@ -458,7 +421,7 @@ class OfflineMutator:
             w = self.weights.get(op, 0.0)
             if op == "crossover" and len(progs) < 2:
                 continue
-            if op == "regime" and progs[0].complexity.conditionals >= self.caps[1]:
+            if op == "regime" and progs[0].complexity.conditionals >= self.caps.conditionals:
                 continue
             if w > 0:
                 names.append(op)
@@ -473,7 +436,7 @@ class OfflineMutator:
             prog = parse_program(src)
         except (_Fail, ProgramError):
             return None
-        if check_caps and prog.complexity.within(*self.caps) is not None:
+        if check_caps and prog.complexity.within(*self.caps.as_tuple()) is not None:
             return None
         return prog
 
@@ -580,7 +543,7 @@ class OfflineMutator:
 
     def _op_regime(self, work: _Work, progs) -> None:
         rng = self.rng
-        max_cond, max_consts = self.caps[1], self.caps[2]
+        max_cond, max_consts = self.caps.conditionals, self.caps.constants
         if work.conditionals() >= max_cond:
             raise _Fail("conditionals at the cap")
         budget = max_consts - len(work.used_consts()) - 1  # one for the threshold

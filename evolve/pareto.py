@@ -1,14 +1,11 @@
-"""Objectives, Pareto fronts, NSGA-II selection, hypervolume and MAP-Elites cells.
+"""Pareto fronts, NSGA-II selection, hypervolume and MAP-Elites cells.
 
-Every objective is minimised. The vector order is fixed:
-
-    VECTOR_ORDER = (e2e_mean, e2e_worst, ttft_mean, itl_mean, step_mape, complexity)
-
-NaN, +/-inf and missing objectives map to BAD (1e9): DEAP sorts a NaN fitness into the
-first front, so an invalid candidate must never reach the sorting with a NaN in it.
+Every objective is minimised; names, vector order and the invalid value are those of
+`evaluator.objectives` (`ORDER`, `INVALID`): NaN, +/-inf and missing objectives map to
+INVALID because DEAP sorts a NaN fitness into the first front.
 
 Items handed to `pareto_front` / `select_nsga2` can be: a dict with an "objectives" dict
-(archive records), an object with an `.objectives` dict (evaluator.Evaluation), a plain
+(archive records), an object with an `.objectives` dict (evaluator.records.Evaluation), a plain
 objectives dict, or a sequence of numbers (already a vector). Pass `key=` to override.
 The functions return the items themselves, in input order for `pareto_front`.
 
@@ -20,31 +17,19 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import numpy as np
 from deap import base, tools
 
-VECTOR_ORDER = ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape", "complexity")
-BAD = 1e9
+from evaluator.objectives import INVALID, ORDER, objective_vector, ranked
+
+# Older names, kept while the views move to evaluator.objectives (the same objects).
+VECTOR_ORDER = ORDER
+BAD = INVALID
 
 # MAP-Elites descriptor bins
 COMPLEXITY_BINS = ((0, 9, "c0-9"), (10, 14, "c10-14"), (15, 19, "c15-19"), (20, 29, "c20-29"),
                    (30, math.inf, "c30+"))
 COMPONENT_BINS = ("k1", "k2", "k3", "k4", "k5+")
-
-
-def _finite(v: Any) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return BAD
-    if not math.isfinite(x):
-        return BAD
-    return min(x, BAD)
-
-
-def objective_vector(objectives: Mapping[str, float] | None) -> tuple[float, ...]:
-    """Minimisation vector in VECTOR_ORDER; NaN / inf / missing -> BAD (1e9)."""
-    objectives = objectives or {}
-    return tuple(_finite(objectives.get(k)) for k in VECTOR_ORDER)
 
 
 def _default_key(item: Any) -> tuple[float, ...]:
@@ -56,7 +41,7 @@ def _default_key(item: Any) -> tuple[float, ...]:
     if isinstance(obj, Mapping):
         return objective_vector(obj)
     if isinstance(item, Sequence) and not isinstance(item, (str, bytes)):
-        return tuple(_finite(x) for x in item)
+        return tuple(ranked(x) for x in item)
     raise TypeError(f"cannot derive an objective vector from {type(item).__name__}")
 
 
@@ -66,7 +51,7 @@ def _vector(item: Any, key: Callable | None) -> tuple[float, ...]:
     v = key(item)
     if isinstance(v, Mapping):
         return objective_vector(v)
-    return tuple(_finite(x) for x in v)
+    return tuple(ranked(x) for x in v)
 
 
 _FITNESS: dict[int, type] = {}
@@ -172,11 +157,11 @@ def hypervolume(points: Iterable[Sequence[float]], ref: Sequence[float]) -> floa
     """Hypervolume dominated by `points` and bounded by `ref` (all objectives minimised).
 
     Points not strictly better than ref in every coordinate contribute nothing; NaN/inf
-    coordinates are mapped to BAD first. 2-D uses an exact sweep; more dimensions use
+    coordinates are mapped to INVALID first. 2-D uses an exact sweep; more dimensions use
     moocore if it is installed, else exact slicing (fine for fronts of a few hundred).
     """
     ref = tuple(float(r) for r in ref)
-    pts = [tuple(_finite(x) for x in p) for p in points]
+    pts = [tuple(ranked(x) for x in p) for p in points]
     pts = [p for p in pts if len(p) == len(ref) and all(a < r for a, r in zip(p, ref))]
     if not pts:
         return 0.0
@@ -184,7 +169,6 @@ def hypervolume(points: Iterable[Sequence[float]], ref: Sequence[float]) -> floa
         return _hv2d(pts, ref)  # type: ignore[arg-type]
     try:  # optional fast path
         import moocore  # type: ignore
-        import numpy as np
         return float(moocore.hypervolume(np.asarray(pts, float), ref=np.asarray(ref, float)))
     except ImportError:
         pass

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 
+from evaluator.objectives import Caps
 from evaluator.program import FUNC_NAME, Program, ProgramError, parse_program
 
 SEARCH_MARK = "<<<<<<< SEARCH"
@@ -162,15 +163,14 @@ def extract_program(reply_text: str | None, parent_source: str | None) -> str:
     return code
 
 
-def check_caps(prog: Program, caps) -> str | None:
-    """None if the program is within the caps (object/dict with max_ops, max_cond, max_consts)."""
+def check_caps(prog: Program, caps: Caps | None) -> str | None:
+    """None if the program is within the caps (or no caps are given), else the reason."""
     if caps is None:
         return None
-    get = caps.get if isinstance(caps, dict) else (lambda k, d=None: getattr(caps, k, d))
-    return prog.complexity.within(get("max_ops", 30), get("max_cond", 3), get("max_consts", 10))
+    return prog.complexity.within(*caps.as_tuple())
 
 
-def propose_valid(reply_text: str | None, parent_source: str | None, caps=None) -> Program:
+def propose_valid(reply_text: str | None, parent_source: str | None, caps: Caps | None = None) -> Program:
     """Extract and validate: the Program, or ReplyError (with `.source` set if extraction worked)."""
     source = extract_program(reply_text, parent_source)
     try:

@@ -17,35 +17,39 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 
-from evaluator.evaluate import OBJECTIVES, selection_loss
-from evolve.archive import Archive
-from evolve.pareto import cell_key, hypervolume, objective_vector, pareto_front, select_nsga2
+from evaluator.data import load
+from evaluator.objectives import (INVALID, finite_or_none, invalid_objectives, objective_vector, ranked,
+                                  selection_loss)
 from evaluator.program import Program, ProgramError, parse_program
+from evaluator.records import Evaluation
+from evolve.archive import Archive
+from evolve.config import RunConfig
+from evolve.llm import LLMMutator, ParentInfo, ProposalRequest
+from evolve.mutate import OPERATOR_WEIGHTS, OfflineMutator
+from evolve.pareto import cell_key, hypervolume, pareto_front, select_nsga2
 from evolve.workers import Job, WorkerPool
+from seeds import seed_sources
+
+__all__ = ["Candidate", "Member", "RunConfig", "Search", "SearchState"]
 
 KINDS = ("improve", "simplify", "crossover")
 PARENT_POOL = 24  # NSGA-II parent pool size per generation
 ELITE_SHARE = 0.5  # share of parents drawn uniformly from the MAP-Elites cells
 MAX_EMPTY_GENERATIONS = 20
 PROPOSAL_TRIES = 25  # offline draws per candidate slot before a generation is left short
+ACCURACY = ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean")  # must be finite to enter the frontier
 
 
-@dataclass
-class RunConfig:
-    budget: int = 2000
-    seed: int = 0
-    data: str | None = None
-    workers: int = 2
-    llm: str | None = None
-    llm_base: str | None = None
-    generation_size: int = 8
-    timeout_s: float = 60.0
-    train_fraction: float = 0.7
-    caps: tuple[int, int, int] = (30, 3, 10)
-    replay: str | None = None  # run id whose cached LLM replies are replayed
-    cascade: bool = True
+@dataclass(frozen=True)
+class Candidate:
+    """A proposed program and where it came from, until it is written to the archive."""
+    program: Program
+    parents: tuple[int, ...]
+    operator: str
+    llm_cache_key: str | None = None
 
 
 @dataclass
@@ -82,7 +86,7 @@ class SearchState:
 
     def would_enter(self, objectives: dict, program: Program) -> bool:
         v = objective_vector(objectives)
-        if any(not math.isfinite(x) or x >= 1e9 for x in v[:4]):
+        if any(ranked(objectives.get(k)) >= INVALID for k in ACCURACY):
             return False
         cur = self.cells.get(cell_key(program))
         if cur is None or selection_loss(objectives) < _scalar(cur):
@@ -91,7 +95,7 @@ class SearchState:
 
     @staticmethod
     def _valid(m: Member) -> bool:
-        return bool(m.objectives) and math.isfinite(m.objectives.get("e2e_mean", math.inf))
+        return bool(m.objectives) and finite_or_none(m.objectives.get("e2e_mean")) is not None
 
     def hv(self) -> float:
         pts = [(m.objectives["complexity"], min(m.objectives["e2e_mean"], 1.0)) for m in self.frontier]
@@ -114,9 +118,7 @@ class Search:
         self.state = SearchState()
         self.llm = None
         if cfg.llm:
-            from evolve.llm import LLMMutator
             self.llm = LLMMutator(cfg.llm, api_base=cfg.llm_base, cache=archive, replay_only=bool(cfg.replay))
-        from evolve.mutate import OPERATOR_WEIGHTS, OfflineMutator
         self.rng = random.Random(cfg.seed)
         # `constant` is left out: constants are fitted, so it cannot yield a new candidate
         self.offline = OfflineMutator(caps=cfg.caps, rng=self.rng,
@@ -128,14 +130,11 @@ class Search:
 
     # -------------------------------------------------------------- entry points
     def start(self) -> str:
-        from evaluator.data import load
-        from seeds import seed_sources
         gt = load(self.cfg.data)
-        cfgd = asdict(self.cfg)
-        self.run_id = self.archive.start_run(cfgd, self.cfg.seed, gt.fingerprint(), self.cfg.budget)
+        self.run_id = self.archive.start_run(self.cfg.to_json(), self.cfg.seed, gt.fingerprint(), self.cfg.budget)
         self.generation = 0
         seeds = [parse_program(s) for _, s in sorted(seed_sources().items())]
-        self._evaluate_batch([(p, [], "seed") for p in seeds], screen=False)
+        self._evaluate_batch([Candidate(p, (), "seed") for p in seeds], screen=False)
         return self.run_id
 
     def resume(self, run_id: str) -> str:
@@ -232,7 +231,7 @@ class Search:
             return []
         return [self.rng.choice(elites if self.rng.random() < ELITE_SHARE else pool) for _ in range(k)]
 
-    def _propose_offline(self, n: int) -> list[tuple]:
+    def _propose_offline(self, n: int) -> list[Candidate]:
         """n structurally new programs (canonical hash never seen in this run).
 
         Constants are fitted, so a proposal that only changes constant values, or one equal
@@ -255,15 +254,12 @@ class Search:
                 self.skipped += 1
                 continue
             self.seen.add(prog.hash)
-            out.append((prog, [m.id for m in parents], op))
+            out.append(Candidate(prog, tuple(m.id for m in parents), op))
         return out
 
     def _llm_submit(self, n: int, generation: int):
         """Build this generation's prompts now (parents from the current state) and start the
         calls in a background thread; returns (generation, future, parent ids)."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        from evolve.llm import ParentInfo, ProposalRequest
         reqs, parent_ids = [], []
         for i in range(n):
             kind = self.rng.choice(KINDS)
@@ -277,12 +273,12 @@ class Search:
             self._llm_exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm")
         return generation, self._llm_exec.submit(self.llm.propose_many, reqs), parent_ids
 
-    def _llm_collect(self, pending) -> list[tuple]:
+    def _llm_collect(self, pending) -> list[Candidate]:
         generation, fut, parent_ids = pending
         out = []
         for res, pids in zip(fut.result(), parent_ids):
             if res.ok:
-                out.append((res.program, pids, f"llm:{res.kind}", res.cache_key))
+                out.append(Candidate(res.program, tuple(pids), f"llm:{res.kind}", res.cache_key))
             else:
                 self.archive.add_candidate(self.run_id, res.source or "", parents=pids, operator=f"llm:{res.kind}",
                                            generation=generation, llm_model=self.cfg.llm, valid=False,
@@ -291,67 +287,64 @@ class Search:
         return out
 
     # -------------------------------------------------------------- evaluation
-    def _write(self, item: tuple, r: dict, stage: str) -> None:
+    def _write(self, c: Candidate, ev: Evaluation, stage: str) -> None:
         """One candidate and its evaluation, in one archive transaction."""
-        prog, parents, op = item[0], item[1], item[2]
-        r = dict(r)
-        r.setdefault("objectives", {})
-        if not r.get("valid"):
-            r["objectives"] = {k: math.inf for k in OBJECTIVES} | {"complexity": float(prog.complexity.total)}
+        if not ev.valid:  # whatever the failure, ranked as invalid at the program's complexity
+            ev = replace(ev, objectives=invalid_objectives(c.program.complexity.total))
         pid = self.archive.add_candidate(
-            self.run_id, prog, parents=parents, operator=op, generation=self.generation,
-            evaluation=_clean(r), stage=stage, llm_model=self.cfg.llm if op.startswith("llm") else None,
-            llm_cache_key=item[3] if len(item) > 3 else None)
+            self.run_id, c.program, parents=list(c.parents), operator=c.operator, generation=self.generation,
+            evaluation=ev, stage=stage, llm_model=self.cfg.llm if c.operator.startswith("llm") else None,
+            llm_cache_key=c.llm_cache_key)
         if stage == "full":
-            self.state.add(Member(pid, prog, r["objectives"], self.generation))
+            self.state.add(Member(pid, c.program, ev.objectives, self.generation))
 
-    def _evaluate_batch(self, batch: list[tuple], screen: bool) -> None:
-        todo = []
+    def _evaluate_batch(self, batch: list[Candidate], screen: bool) -> None:
+        todo: list[tuple[int, Candidate]] = []
         seen: dict[str, int] = {}
-        for i, item in enumerate(batch):
-            prog = item[0]
+        for i, c in enumerate(batch):
+            prog = c.program
             dup = self.archive.find_by_hash(self.run_id, prog.hash)
             if dup is None and prog.hash in seen:
                 dup = f"candidate {seen[prog.hash]} of this generation"
             seen.setdefault(prog.hash, i)
             if dup is not None:
-                self.archive.add_candidate(self.run_id, prog, parents=item[1], operator=item[2],
+                self.archive.add_candidate(self.run_id, prog, parents=list(c.parents), operator=c.operator,
                                            generation=self.generation, valid=False,
                                            reject_reason=f"duplicate of {dup}", count=False)
                 continue
-            todo.append((i, item))
+            todo.append((i, c))
             self.seen.add(prog.hash)
         if not todo:
             return
         # Stream: candidates are written in proposal order as soon as they and every earlier
         # one are settled, so a killed run loses only those in flight (or waiting on one).
         pool = self._pool()
-        full_key = 1 << 30
-        for i, item in todo:
-            pool.submit(Job(i, item[0].source, not screen))
-        first: dict[int, dict] = {}
-        full: dict[int, dict] = {}
+        first_kind = "screen" if screen else "full"
+        for i, c in todo:
+            pool.submit(Job(i, c.program.source, first_kind))
+        first: dict[int, Evaluation] = {}
+        full: dict[int, Evaluation] = {}
         waiting: set[int] = set()
         k = 0
         while k < len(todo):
-            for key, r in pool.poll().items():
-                if key >= full_key:
-                    full[key - full_key] = r
-                    waiting.discard(key - full_key)
+            for job, ev in pool.poll():
+                if job.kind == "full" and job.index in waiting:
+                    full[job.index] = ev
+                    waiting.discard(job.index)
                 else:
-                    first[key] = r
+                    first[job.index] = ev
             while k < len(todo):
-                i, item = todo[k]
+                i, c = todo[k]
                 if i in full:
-                    self._write(item, full[i], "full")
+                    self._write(c, full[i], "full")
                 elif i in waiting or i not in first:
                     break
-                elif screen and first[i].get("valid") and self.state.would_enter(first[i]["objectives"], item[0]):
-                    pool.submit(Job(full_key + i, item[0].source, True, first[i].get("constants")), first=True)
+                elif screen and first[i].valid and self.state.would_enter(first[i].objectives, c.program):
+                    pool.submit(Job(i, c.program.source, "full", first[i].constants), first=True)
                     waiting.add(i)
                     break
                 else:
-                    self._write(item, first[i], "screen" if screen else "full")
+                    self._write(c, first[i], first_kind)
                 k += 1
             time.sleep(0.002)
         self.archive.set_frontier(self.run_id, [m.id for m in self.state.frontier])
@@ -361,12 +354,6 @@ class Search:
                                    "best_e2e": best.objectives["e2e_mean"] if best else math.nan})
         if self.progress:
             self.progress(self)
-
-
-def _clean(r: dict) -> dict:
-    r = dict(r)
-    r.pop("trace", None)
-    return r
 
 
 def _errors_table(archive: Archive, pid: int) -> str:

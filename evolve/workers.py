@@ -1,6 +1,6 @@
 """Evaluation worker processes: each holds its own Evaluator; a runaway candidate is killed.
 
-A compiled numba loop cannot be interrupted by a signal (DESIGN.md section 8), so every
+A compiled numba loop cannot be interrupted by a signal (docs/architecture.md, fact 8), so every
 candidate runs in a separate process that the parent kills when the wall-clock limit passes.
 Workers are recycled every `recycle` candidates because each compiled candidate keeps ~1 MiB.
 """
@@ -8,22 +8,32 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
-import traceback
 from dataclasses import dataclass
+from typing import Literal
+
+from evaluator.data import load
+from evaluator.evaluate import Evaluator
+from evaluator.program import ProgramError, parse_program
+from evaluator.records import Evaluation
+
+JobKind = Literal["screen", "full"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
-    key: int
+    """One evaluation of candidate `index` of a batch: a `screen` (surrogate fit, one
+    simulation) or a `full` one (refined on the candidate's own simulation)."""
+    index: int
     source: str
-    refine: bool
+    kind: JobKind = "full"
     start: dict | None = None  # constants of the screen fit, so the full job does not redo it
+
+    @property
+    def refine(self) -> bool:
+        return self.kind == "full"
 
 
 def _worker_main(conn, data_dir, train_fraction):
-    from evaluator.data import load
-    from evaluator.evaluate import Evaluator
-    from evaluator.program import ProgramError, parse_program
     ev = Evaluator(load(data_dir), train_fraction=train_fraction)
     ev.reference_states()
     conn.send(("ready", None))
@@ -31,16 +41,14 @@ def _worker_main(conn, data_dir, train_fraction):
         msg = conn.recv()
         if msg is None:
             return
-        key, source, refine, start = msg
+        source, refine, start = msg
         try:
-            prog = parse_program(source)
-            res = ev.evaluate(prog, refine=refine, start=start)
-            conn.send(("ok", (key, res.to_dict())))
+            res = ev.evaluate(parse_program(source), refine=refine, start=start)
         except ProgramError as e:
-            conn.send(("ok", (key, {"valid": False, "error": f"invalid program: {e}", "objectives": {}})))
+            res = Evaluation(valid=False, error=f"invalid program: {e}")
         except Exception as e:  # a candidate must never take the run down
-            conn.send(("ok", (key, {"valid": False, "error": f"evaluation crashed: {type(e).__name__}: {e}",
-                                    "trace": traceback.format_exc(limit=3), "objectives": {}})))
+            res = Evaluation(valid=False, error=f"evaluation crashed: {type(e).__name__}: {e}")
+        conn.send(("ok", res.to_json()))
 
 
 class _Worker:
@@ -60,7 +68,7 @@ class _Worker:
 
 
 class WorkerPool:
-    """Evaluate batches of jobs on K processes; results come back keyed, whatever the order."""
+    """Evaluate jobs on K processes; each result comes back paired with its Job, whatever the order."""
 
     def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=300):
         self.ctx = mp.get_context("spawn")
@@ -85,9 +93,9 @@ class WorkerPool:
     def busy(self) -> bool:
         return bool(self.pending) or any(w.job for w in self.workers)
 
-    def poll(self) -> dict[int, dict]:
+    def poll(self) -> list[tuple[Job, Evaluation]]:
         """Hand out pending jobs, collect finished ones, kill overdue ones; never blocks."""
-        results: dict[int, dict] = {}
+        results: list[tuple[Job, Evaluation]] = []
         for i, w in enumerate(self.workers):
             if not w.ready:
                 if w.conn.poll(0):
@@ -102,14 +110,14 @@ class WorkerPool:
             if w.job is None and self.pending:
                 w.job = self.pending.pop(0)
                 w.started = time.monotonic()
-                w.conn.send((w.job.key, w.job.source, w.job.refine, w.job.start))
+                w.conn.send((w.job.source, w.job.refine, w.job.start))
             elif w.job is not None:
                 if w.conn.poll(0):
                     try:
-                        _, (key, res) = w.conn.recv()
-                        results[key] = res
+                        _, res = w.conn.recv()
+                        results.append((w.job, Evaluation.from_json(res)))
                     except EOFError:
-                        results[w.job.key] = {"valid": False, "error": "worker died", "objectives": {}}
+                        results.append((w.job, Evaluation(valid=False, error="worker died")))
                         self._replace(i)
                         continue
                     w.job = None
@@ -119,21 +127,21 @@ class WorkerPool:
                         self._replace(i)
                 elif time.monotonic() - w.started > self.timeout_s or not w.proc.is_alive():
                     why = "killed: over the wall-clock limit" if w.proc.is_alive() else "worker died"
-                    results[w.job.key] = {"valid": False, "error": f"{why} ({self.timeout_s:.0f} s)",
-                                          "objectives": {}}
+                    results.append((w.job, Evaluation(valid=False, error=f"{why} ({self.timeout_s:.0f} s)")))
                     self.killed += 1
                     self._replace(i)
         return results
 
-    def run(self, jobs: list[Job]) -> dict[int, dict]:
-        """Evaluate a batch and wait for all of it."""
+    def run(self, jobs: list[Job]) -> list[Evaluation]:
+        """Evaluate a batch and wait for all of it; results in job order."""
         for j in jobs:
             self.submit(j)
-        results: dict[int, dict] = {}
+        done: dict[int, Evaluation] = {}
         while self.busy:
-            results.update(self.poll())
+            for job, res in self.poll():
+                done[id(job)] = res
             time.sleep(0.002)
-        return results
+        return [done[id(j)] for j in jobs]
 
     def close(self):
         for w in self.workers:

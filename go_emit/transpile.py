@@ -47,6 +47,9 @@ __all__ = [
     "go_float",
     "format_expr",
     "vet_safe_condition",
+    "go_binary",
+    "go_unary",
+    "fold_literals",
 ]
 
 
@@ -239,11 +242,11 @@ def vet_safe_condition(e: object) -> object:
         out.append(leaf)
     acc = out[0]
     for leaf in out[1:]:
-        acc = _bin(e.op, acc, leaf)
+        acc = go_binary(e.op, acc, leaf)
     return acc
 
 
-def _bin(op: str, x: object, y: object) -> GBinary:
+def go_binary(op: str, x: object, y: object) -> GBinary:
     """Binary node with the parentheses the Python tree implies (no reassociation)."""
     prec = _PREC[op]
     if isinstance(x, GBinary) and _PREC[x.op] < prec:
@@ -253,7 +256,7 @@ def _bin(op: str, x: object, y: object) -> GBinary:
     return GBinary(op, x, y)
 
 
-def _unary(op: str, x: object) -> GUnary:
+def go_unary(op: str, x: object) -> GUnary:
     if isinstance(x, (GBinary, GUnary)):
         x = GParen(x)
     return GUnary(op, x)
@@ -340,17 +343,17 @@ _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
 _MATH = {"abs": "math.Abs", "sqrt": "math.Sqrt", "log": "math.Log", "exp": "math.Exp", "pow": "math.Pow"}
 
 
-def _fold(node: ast.AST) -> float | None:
+def fold_literals(node: ast.AST) -> float | None:
     """float64 value of a literal-only + - * / / unary subtree, else None (numba semantics)."""
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
         return float(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v = _fold(node.operand)
+        v = fold_literals(node.operand)
         if v is None:
             return None
         return float(-np.float64(v)) if isinstance(node.op, ast.USub) else v
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        a, b = _fold(node.left), _fold(node.right)
+        a, b = fold_literals(node.left), fold_literals(node.right)
         if a is None or b is None:
             return None
         x, y = np.float64(a), np.float64(b)
@@ -394,7 +397,7 @@ class _Transpiler:
 
     # ---- expressions
     def expr(self, node: ast.AST) -> object:
-        folded = _fold(node)
+        folded = fold_literals(node)
         if folded is not None:
             return go_float(folded)
         if isinstance(node, ast.Name):
@@ -403,12 +406,12 @@ class _Transpiler:
             left, right = self.expr(node.left), self.expr(node.right)
             if isinstance(node.op, ast.Pow):
                 return GCall("math.Pow", (left, right))
-            return _bin(_BINOPS[type(node.op)], left, right)
+            return go_binary(_BINOPS[type(node.op)], left, right)
         if isinstance(node, ast.UnaryOp):
             operand = self.expr(node.operand)
             if isinstance(node.op, ast.UAdd):
                 return operand  # identity on float64, also for -0 and NaN
-            return _unary("-", operand)
+            return go_unary("-", operand)
         if isinstance(node, ast.Call):
             name = call_name(node)
             args = [self.expr(a) for a in node.args]
@@ -433,19 +436,20 @@ class _Transpiler:
     def test(self, node: ast.AST) -> object:
         if isinstance(node, ast.Compare):
             operands = [self.expr(node.left)] + [self.expr(c) for c in node.comparators]
-            parts = [_bin(_CMPOPS[type(op)], operands[i], operands[i + 1]) for i, op in enumerate(node.ops)]
+            parts = [go_binary(_CMPOPS[type(op)], operands[i], operands[i + 1])
+                     for i, op in enumerate(node.ops)]
             acc = parts[0]
             for p in parts[1:]:
-                acc = _bin("&&", acc, p)
+                acc = go_binary("&&", acc, p)
             return acc
         if isinstance(node, ast.BoolOp):
             op = "&&" if isinstance(node.op, ast.And) else "||"
             acc = self.test(node.values[0])
             for v in node.values[1:]:
-                acc = _bin(op, acc, self.test(v))
+                acc = go_binary(op, acc, self.test(v))
             return acc
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return _unary("!", self.test(node.operand))
+            return go_unary("!", self.test(node.operand))
         raise TranspileError(f"line {getattr(node, 'lineno', '?')}: condition {type(node).__name__} not supported")
 
     # ---- statements

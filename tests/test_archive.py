@@ -8,22 +8,13 @@ import time
 
 import pytest
 
-from evolve.archive import Archive, ArchiveError, to_evaluation
-from evolve.pareto import (BAD, VECTOR_ORDER, all_cell_keys, cell_key, hypervolume, objective_vector, pareto_front,
-                           pareto_ranks, select_nsga2)
+from dataclasses import replace
 
-# evaluator / evaluator.program (numba, scipy) are imported lazily: the spawned worker
-# processes import this module and should start fast.
-
-
-def parse_program(src):
-    from evaluator.program import parse_program as parse
-    return parse(src)
-
-
-def Evaluation(**kw):  # noqa: N802 - stands in for the dataclass
-    from evaluator.evaluate import Evaluation as E
-    return E(**kw)
+from evaluator.objectives import INVALID, ORDER
+from evaluator.program import parse_program
+from evaluator.records import Evaluation
+from evolve.archive import Archive, ArchiveError
+from evolve.pareto import all_cell_keys, cell_key, hypervolume, objective_vector, pareto_front, pareto_ranks, select_nsga2
 
 SRC_A = """A = 1000.0
 B0 = 2.0
@@ -53,7 +44,7 @@ def ev(e2e: float, complexity: float | None = None, valid: bool = True, **extra)
         obj["complexity"] = complexity
     rows = [{"experiment": "m-chat", "model": "m", "workload": "chat", "stage": 0, "rate": 1.0,
              "e2e_err": e2e, "ttft_err": e2e, "itl_err": e2e / 2}]
-    return Evaluation(valid=valid, error=None if valid else "runaway simulation", objectives=obj, rows=rows,
+    return Evaluation(valid=valid, error=None if valid else "runaway simulation", objectives=obj, rows=tuple(rows),
                       constants={"m": [1000.0, 2.0]}, steps={"m-chat": {"step_mape": 0.2, "spearman_duration": 0.9,
                                                                         "n": 10}}, sim_steps=123, seconds=0.5)
 
@@ -167,20 +158,31 @@ def test_add_candidate_stores_and_counts(arch):
     assert arch.program(dup)["reject_reason"] == f"duplicate of {pid}" and arch.program(dup)["evaluation"] is None
     assert arch.get_run(run)["n_evaluated"] == 1
     # invalid evaluation is stored (and counted) with inf objectives; NaN kept in JSON, NULL in columns
-    bad = Evaluation(valid=False, error="runaway", objectives={k: math.inf for k in VECTOR_ORDER})
+    bad = Evaluation(valid=False, error="runaway", objectives={k: math.inf for k in ORDER})
     pb = arch.add_candidate(run, variant(2), evaluation=bad)
     assert arch.program(pb)["evaluation"]["valid"] is False
     pn = arch.add_candidate(run, variant(3), evaluation=ev(math.nan))
     assert math.isnan(arch.program(pn)["objectives"]["e2e_mean"])
     assert arch.get_run(run)["n_evaluated"] == 3
     assert [i for i, _ in arch.evaluated(run)] == [pid, pb, pn]
-    assert to_evaluation(arch.program(pid)).rows == ev(0.1).rows
+    # the typed record comes back whole through the one converter pair
+    assert arch.evaluation(pid) == ev(0.1, complexity=arch.program(pid)["complexity"])
+    assert arch.evaluation(dup) is None
+
+
+def test_evaluation_json_round_trip():
+    e = ev(0.1, complexity=7)
+    assert Evaluation.from_json(e.to_json()) == e
+    with pytest.raises(ValueError):
+        Evaluation.from_json({"objectives": {}})  # not an evaluation record
+    with pytest.raises(Exception):
+        e.valid = False  # frozen
 
 
 def test_add_candidate_is_atomic(arch):
     run = arch.start_run({}, seed=1)
-    broken = ev(0.1)
-    broken.rows.append({"experiment": object()})  # not JSON-serialisable: fails inside the transaction
+    broken = replace(ev(0.1), rows=ev(0.1).rows + ({"experiment": object()},))  # not JSON-serialisable:
+    # fails inside the transaction
     with pytest.raises(Exception):
         arch.add_candidate(run, SRC_A, evaluation=broken)
     assert arch.programs(run, include_rejected=True) == []  # no orphan program row
@@ -343,8 +345,8 @@ def _obj(e2e, worst, ttft, itl, mape, cx):
 def test_objective_vector_order_and_nan():
     v = objective_vector(_obj(0.1, 0.2, 0.3, 0.4, 0.5, 6))
     assert v == (0.1, 0.2, 0.3, 0.4, 0.5, 6.0)
-    assert objective_vector({"e2e_mean": math.nan, "complexity": math.inf}) == (BAD,) * 6
-    assert objective_vector({"e2e_mean": -math.inf})[0] == BAD
+    assert objective_vector({"e2e_mean": math.nan, "complexity": math.inf}) == (INVALID,) * 6
+    assert objective_vector({"e2e_mean": -math.inf})[0] == INVALID
 
 
 def test_pareto_front_hand_made():

@@ -78,13 +78,13 @@ def predict_step_time(P, K, t_weights):
 def test_emit_go_drops_dead_conditionals_and_compiles(tmp_path, data_dir, evaluator):
     from evolve.archive import Archive
     from evaluator.program import parse_program
-    from go_emit.gotool import check_go_files, get_toolchain
+    from gotool import check_go_files, get_toolchain
     prog = parse_program(DEAD_BRANCH)
     ev = evaluator.evaluate(prog, fit=False)  # the hand-set constants: the threshold stays out of reach
     assert ev.valid, ev.error
     arch = Archive(tmp_path / "a.db")
     run = arch.start_run({"data": str(data_dir)}, seed=0)
-    pid = arch.add_candidate(run, prog, operator="seed", generation=0, evaluation=ev.to_dict(), stage="screen")
+    pid = arch.add_candidate(run, prog, operator="seed", generation=0, evaluation=ev, stage="screen")
     arch.close()
     out = evolve("emit-go", str(pid), "--archive", str(tmp_path / "a.db"), "-o", str(tmp_path / "s.go")).stdout
     assert "simplified: 1 conditional(s)" in out
@@ -96,3 +96,19 @@ def test_emit_go_drops_dead_conditionals_and_compiles(tmp_path, data_dir, evalua
     if get_toolchain() is not None:
         res = check_go_files({"evolved.go": simplified})
         assert res.ok, res.summary()
+
+
+def test_run_config_is_built_one_way_for_new_and_resumed_runs():
+    """The flags build the RunConfig of a new run; --resume rebuilds the stored one whole and
+    takes only budget and workers from the flags (a resumed run keeps its seed and Go cap)."""
+    from evaluator.objectives import Caps
+    from evolve.cli import build_parser
+    from evolve.config import RunConfig, config_from_args
+    new = config_from_args(build_parser().parse_args(["run", "--seed", "4", "--max-cond", "2", "--budget", "5"]))
+    assert new.seed == 4 and new.budget == 5 and new.caps == Caps(30, 2, 10)
+    stored = json.loads(json.dumps(new.to_json()))  # what runs.config holds
+    assert stored["caps"] == {"ops": 30, "conditionals": 2, "constants": 10}
+    resumed = config_from_args(build_parser().parse_args(["run", "--resume", "r", "--budget", "9", "--workers", "1",
+                                                          "--seed", "99", "--max-cond", "3"]), stored)
+    assert resumed == RunConfig(**{**new.__dict__, "budget": 9, "workers": 1})
+    assert RunConfig.from_json({**stored, "caps": [30, 3, 10]}).caps == Caps()  # archives written before

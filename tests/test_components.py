@@ -2,7 +2,10 @@
 import numpy as np
 import pytest
 
-from evaluator.components import COMPONENT_INDEX as CI, batch_aggregates, fill_components, model_vector
+from evaluator import component_table as table
+from evaluator.component_table import KERNEL_PATH, Row, TableError, kernel_source
+from evaluator.components import (COMPONENT_DOCS, COMPONENTS, MODEL_FIELDS, COMPONENT_INDEX as CI, batch_aggregates,
+                                  fill_components, model_vector)
 from evaluator.data import DEFAULT_HW
 
 LLAMA7B = dict(layers=32, hidden=4096, n_heads=32, n_kv_heads=32, ffn=11008, n_experts=0, top_k=0, vocab=32000)
@@ -59,3 +62,35 @@ def test_batch_aggregates_rules():
     P, D, n_p, n_d, B, K = batch_aggregates([0, 400], [100, 1], [300, 350])
     assert (P, D, n_p, n_d, B) == (100, 1, 1, 1, 2)
     assert K == 112 + 416  # ceil(100/16)*16 + ceil(401/16)*16
+
+
+def test_the_numba_kernel_is_the_generated_one():
+    assert KERNEL_PATH.read_text() == kernel_source(), "stale: run python -m evaluator.component_table"
+    assert fill_components.__module__ == "evaluator.components_kernel"
+
+
+def test_public_names_come_from_the_table():
+    assert COMPONENTS == tuple(r.name for r in table.COMPONENT_ROWS)
+    assert list(COMPONENT_DOCS) == list(COMPONENTS) and all(COMPONENT_DOCS.values())
+    assert MODEL_FIELDS == table.MODEL_FIELDS
+
+
+@pytest.mark.parametrize("formula, match", [
+    ("P + nobody", "neither an input"),
+    ("abs(P)", "only HELPERS"),
+    ("P % 2.0", "Mod is not allowed"),
+    ("1.0 + (P if D > 0.0 else D)", "only allowed as the whole formula"),
+    ("P +", "invalid syntax"),
+])
+def test_the_table_refuses_what_both_generators_cannot_translate(monkeypatch, formula, match):
+    monkeypatch.setattr(table, "INTERMEDIATES", table.INTERMEDIATES + (Row("bad", formula),))
+    with pytest.raises(TableError, match=match):
+        kernel_source()
+
+
+def test_a_formula_may_call_a_helper(monkeypatch):
+    monkeypatch.setitem(table.HELPERS, "twice", table.Helper("twice", "evaluator.helpers_x:double", "unused"))
+    monkeypatch.setattr(table, "INTERMEDIATES", table.INTERMEDIATES + (Row("doubled", "twice(P) + 1.0"),))
+    src = kernel_source()
+    assert "from evaluator.helpers_x import double as twice\n" in src
+    assert "    doubled = twice(P) + 1.0\n" in src

@@ -13,11 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evaluator import component_table
 from evaluator.components import model_vector
+from evaluator.objectives import Caps
 from evaluator.program import parse_program
 from go_emit.emit import GoEmitError, MAX_STEP_TIME_US, emit_go, go_overhead_us, go_step_time_us
-from go_emit.gotool import check_go_files, find_go, get_toolchain, stub_sources
 from go_emit.transpile import GAtom, GBinary, GCall, GParen, GUnary, format_expr, go_identifier, transpile
+from gotool import check_go_files, find_go, get_toolchain, stub_sources
 from seeds import seed_sources
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,7 +166,7 @@ def test_refuses_programs_over_cap(src, match):
 def test_cap_is_configurable():
     src = "def predict_step_time(P):\n    return P + P + P\n"
     with pytest.raises(GoEmitError, match="cap 1"):
-        _emit(src, caps=(1, 3, 10))
+        _emit(src, caps=Caps(1, 3, 10))
 
 
 def test_refuses_inconsistent_inputs():
@@ -232,6 +234,32 @@ def test_compiles_against_blis_token_id_request():
     request = stub_sources("blis")["sim/request.go"].replace("[]int", "[]TokenID") + "\n// TokenID mirrors BLIS.\ntype TokenID int32\n"
     files = {"every_construct.go": _emit(EVERY_CONSTRUCT)}
     result = check_go_files(files, "blis", gofmt=False, stub_overrides={"sim/request.go": request})
+    assert result.ok, result.summary()
+
+
+def test_fill_components_is_generated_from_the_table():
+    """The Go fillComponents is rendered from evaluator.component_table (values: test_go_parity)."""
+    src = _emit(seed_sources()["roofline"])
+    body = src.split("fillComponents(P, D, nPrefill, nDecode, B, K float64, out *[15]float64) {\n", 1)[1]
+    body = body.split("\n}\n", 1)[0]
+    for i, row in enumerate(component_table.COMPONENT_ROWS):
+        assert f"\tout[{i}] = " in body or f"\t\tout[{i}] = " in body, row.name
+    assert "\tattnParams := h*(nq*hd) + 2.0*h*(nkv*hd) + nq*hd*h\n" in body
+    assert "\t\tactive = nExp * (1.0 - math.Pow(1.0-topK/nExp, tokens))\n" in body
+
+
+@needs_go
+def test_a_table_helper_reaches_the_go_code(monkeypatch):
+    """Forward compatibility: a formula calling a helper that exists in both languages compiles in Go."""
+    helper = ("// twice doubles its argument (test helper).\n"
+              "func (m *{recv}) twice(v float64) float64 {\n\treturn 2 * v\n}")
+    monkeypatch.setitem(component_table.HELPERS, "twice", component_table.Helper("twice", "x:twice", helper))
+    monkeypatch.setattr(component_table, "INTERMEDIATES",
+                        component_table.INTERMEDIATES + (component_table.Row("doubled", "twice(P) + 1.0"),))
+    src = _emit(seed_sources()["roofline"], type_name="HelperModel")
+    assert "\tdoubled := m.twice(P) + 1.0\n\t_ = doubled\n" in src
+    assert "func (m *HelperModel) twice(v float64) float64 {" in src
+    result = check_go_files({"helper.go": src}, "blis")
     assert result.ok, result.summary()
 
 

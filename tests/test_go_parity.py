@@ -1,4 +1,4 @@
-"""Parity of the emitted Go StepTime with the Python prediction (go_emit.gotool.parity_check_many).
+"""Parity of the emitted Go StepTime with the Python prediction (tests/gotool.py, parity_check_many).
 
 Batches: real step rows of data/steps/steps.parquet (per-request lists synthesised to match each
 row's prefill/decode tokens, request counts, running depth and KV usage) for the models in that
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from evaluator.components import COMPONENTS, model_vector
 from evaluator.program import ProgramError, parse_program
-from go_emit.gotool import Batch, ParityCase, get_toolchain, parity_check, parity_check_many
+from gotool import Batch, ParityCase, get_toolchain, parity_check, parity_check_many
 from seeds import seed_sources
 
 TOOLCHAIN = get_toolchain()

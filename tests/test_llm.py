@@ -15,8 +15,8 @@ import pytest  # noqa: E402
 from openai_stub_server import StubServer, chat_completion  # noqa: E402
 
 from evaluator.components import COMPONENTS  # noqa: E402
+from evaluator.objectives import Caps  # noqa: E402
 from evolve.llm import (  # noqa: E402
-    Caps,
     DictCache,
     LLMMutator,
     ParentInfo,
@@ -151,7 +151,7 @@ def test_forbidden_program_rejected_but_recorded(stub):
 def test_over_cap_program_rejected(stub):
     body = " + ".join(["t_weights"] * 8)
     stub.push_reply(f"```python\nA = 1.0\n\ndef predict_step_time(t_weights):\n    return A * {body}\n```")
-    r = mutator(stub).propose("improve", [parent()], Caps(max_ops=5), seed=1)
+    r = mutator(stub).propose("improve", [parent()], Caps(ops=5), seed=1)
     assert r.error.startswith("invalid program: complexity over the cap") and r.source
 
 
@@ -227,7 +227,7 @@ def test_replay_only(stub):
 def test_prompt_sent_contains_parent_and_components(stub):
     stub.push_reply(GOOD)
     p = parent()
-    mutator(stub).propose("improve", [p], Caps(max_ops=17), seed=1)
+    mutator(stub).propose("improve", [p], Caps(ops=17), seed=1)
     msgs = stub.requests[0]["messages"]
     assert [m["role"] for m in msgs] == ["system", "user"]
     system, user = msgs[0]["content"], msgs[1]["content"]
@@ -265,7 +265,7 @@ def test_propose_many_keeps_order_and_overlaps(stub):
 
 def test_build_prompt_kinds():
     a, b, c = parent(), parent(PARENT.replace("1.5", "2.5")), parent(PARENT.replace("15000", "9000"))
-    x = build_prompt("crossover", [a, b, c], {"max_ops": 30, "max_cond": 3, "max_consts": 10})
+    x = build_prompt("crossover", [a, b, c], Caps(30, 3, 10))
     user = x[1]["content"]
     assert "Parent A" in user and "Parent B" in user and "Parent C" in user and "9000" in user
     assert "Simplify" in build_prompt("simplify", [a], None)[1]["content"]

@@ -12,11 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evaluator.components import COMPONENT_INDEX, N_COMPONENTS
+from evaluator.objectives import Caps
 from evolve.mutate import OPERATORS, OfflineMutator
 from evaluator.program import ProgramError, parse_program
 from seeds import seed_sources
 
-CAPS = (30, 3, 10)
+CAPS = Caps(30, 3, 10)
 SEEDS = {name: parse_program(src) for name, src in seed_sources().items()}
 SEED_LIST = [SEEDS[k] for k in sorted(SEEDS)]
 
@@ -46,7 +47,7 @@ def test_500_proposals_parse_within_caps_and_are_tidy(five_hundred):
     for src, op, parents in five_hundred:
         assert op in OPERATORS
         prog = parse_program(src)
-        assert prog.complexity.within(*CAPS) is None, (op, src)
+        assert prog.complexity.within(*CAPS.as_tuple()) is None, (op, src)
         used = _names_read(prog)
         assert set(prog.params) <= used, src  # no unused parameters
         assert set(prog.constants) <= used, src  # no unused constants
@@ -87,7 +88,7 @@ def test_each_operator_on_every_seed(kind):
         names = []
         for _ in range(8):
             src, op = m.propose(parents, kind=kind)
-            assert parse_program(src).complexity.within(*CAPS) is None
+            assert parse_program(src).complexity.within(*CAPS.as_tuple()) is None
             names.append(op)
         # fixed operator is honoured (fallback to `constant` only when it cannot apply)
         assert names.count(kind) >= 6, (kind, names)
@@ -151,7 +152,7 @@ def test_delete_reduces_complexity_on_average():
 
 @pytest.mark.parametrize("max_cond", [1, 2, 3])
 def test_regime_respects_conditionals_cap(max_cond):
-    caps = (30, max_cond, 10)
+    caps = Caps(30, max_cond, 10)
     m = OfflineMutator(caps=caps, rng=random.Random(20 + max_cond))
     made = 0
     for start in SEED_LIST:
@@ -160,7 +161,7 @@ def test_regime_respects_conditionals_cap(max_cond):
             src, op = m.propose([cur], kind="regime")
             cur = parse_program(src)
             assert cur.complexity.conditionals <= max_cond
-            assert cur.complexity.within(*caps) is None
+            assert cur.complexity.within(*caps.as_tuple()) is None
             made += op == "regime"
     assert made > 0
 
@@ -178,19 +179,20 @@ def test_regime_copies_get_own_constants():
 
 
 def test_over_cap_parent_is_pruned_into_caps():
-    caps = (8, 1, 4)
+    caps = Caps(8, 1, 4)
     parent = SEEDS["linear_physics"]  # 14 operations, 8 constants
-    assert parent.complexity.within(*caps) is not None
+    assert parent.complexity.within(*caps.as_tuple()) is not None
     m = OfflineMutator(caps=caps, rng=random.Random(2))
     for _ in range(5):
         src, _ = m.propose([parent])
-        assert parse_program(src).complexity.within(*caps) is None
+        assert parse_program(src).complexity.within(*caps.as_tuple()) is None
 
 
-def test_caps_accept_objects_and_dicts():
-    from evolve.llm import Caps
-    assert OfflineMutator(caps=Caps(12, 1, 5), rng=random.Random(0)).caps == (12, 1, 5)
-    assert OfflineMutator(caps={"max_ops": 9}, rng=random.Random(0)).caps == (9, 3, 10)
+def test_caps_are_one_typed_value():
+    assert OfflineMutator(caps=Caps(12, 1, 5), rng=random.Random(0)).caps == Caps(12, 1, 5)
+    assert OfflineMutator(rng=random.Random(0)).caps == Caps()
+    with pytest.raises(TypeError):
+        OfflineMutator(caps=(30, 3, 10), rng=random.Random(0))  # no tuple/dict guessing any more
     with pytest.raises(ValueError):
         OfflineMutator(rng=random.Random(0)).propose([SEEDS["blackbox"]], kind="nope")
 
@@ -215,7 +217,7 @@ def test_chains_of_twenty_stay_valid(seed):
                 cur = parse_program(src)
             except ProgramError as e:  # pragma: no cover - the assertion message is the point
                 pytest.fail(f"invalid offspring: {e}\n{src}")
-            assert cur.complexity.within(*CAPS) is None, src
+            assert cur.complexity.within(*CAPS.as_tuple()) is None, src
 
 
 def _same(a: float, b: float) -> bool:

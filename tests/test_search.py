@@ -3,7 +3,8 @@ import sqlite3
 
 
 from evolve.archive import Archive
-from evolve.search import RunConfig, Search
+from evolve.config import RunConfig
+from evolve.search import Search
 from evolve.workers import Job, WorkerPool
 from seeds import seed_sources
 
@@ -58,22 +59,22 @@ def test_resume_continues_to_the_new_budget(tmp_path):
 def test_runaway_candidate_is_killed_and_recorded():
     pool = WorkerPool(None, workers=1, timeout_s=0.05)
     try:
-        res = pool.run([Job(0, seed_sources()["linear_physics"], True)])
+        res = pool.run([Job(0, seed_sources()["linear_physics"], "full")])
     finally:
         pool.close()
-    assert res[0]["valid"] is False and "wall-clock limit" in res[0]["error"]
+    assert res[0].valid is False and "wall-clock limit" in res[0].error
     assert pool.killed == 1
 
 
 def test_garbage_program_never_crashes_the_worker():
     pool = WorkerPool(None, workers=1, timeout_s=120)
     try:
-        res = pool.run([Job(0, "import os\nos.system('true')", False),
-                        Job(1, seed_sources()["blackbox"], False)])
+        res = pool.run([Job(0, "import os\nos.system('true')", "screen"),
+                        Job(1, seed_sources()["blackbox"], "screen")])
     finally:
         pool.close()
-    assert "invalid program" in res[0]["error"]
-    assert res[1]["valid"] is True
+    assert "invalid program" in res[0].error
+    assert res[1].valid is True and res[1].objectives["e2e_mean"] < 1  # a typed Evaluation over the pipe
 
 
 def test_offline_generations_are_full_of_new_programs(tmp_path):

@@ -4,7 +4,8 @@ import sqlite3
 
 
 from evolve.archive import Archive
-from evolve.search import RunConfig, Search
+from evolve.config import RunConfig
+from evolve.search import Search
 from tests.openai_stub_server import StubServer, chat_completion
 
 REPLY = """Here is a better model:

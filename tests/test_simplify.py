@@ -1,11 +1,14 @@
-"""Dead-conditional removal before emission, on the real probe states."""
+"""Dead-conditional removal before emission, on the real probe states, and `emit_record`,
+the one function the CLI, the UI and the report emit an archived program's Go with."""
 import numpy as np
 import pytest
 
+from evaluator.objectives import Caps
+from evaluator.program import collapse_conditional, parse_program
 from evaluator.step_scoring import predict_rows
-from evolve.mutate import collapse_conditional
-from evaluator.program import parse_program
-from evolve.simplify import probes_by_model, simplify
+from go_emit import GoEmitError, emit_go, emit_record
+from go_emit.emit import OVERHEAD_KEYS
+from go_emit.simplify import probes_by_model, simplify
 
 DEAD = """
 BASE = 1000.0
@@ -98,3 +101,44 @@ def predict_step_time(P, t_weights):
     prog = parse_program(src)
     out = simplify(prog, {m: [1000.0] for m in probes}, probes)
     assert out.removed == 1 and "if" not in out.program.source
+
+
+def _record(source: str, models, constants) -> dict:
+    overheads = {m: {k: 10.0 + i for i, k in enumerate(OVERHEAD_KEYS)} for m in models}
+    return {"id": 7, "run_id": "r", "source": source,
+            "evaluation": {"valid": True, "constants": constants, "overheads": overheads,
+                           "objectives": {"e2e_mean": 0.125, "complexity": 99.0}}}
+
+
+def test_emit_record_simplifies_with_the_global_constants(gt, probes):
+    prog = parse_program(DEAD)
+    rec = _record(DEAD, gt.models, {"*": list(prog.initial_constants)})
+    out = emit_record(rec, gt, probes=probes)
+    raw = emit_record(rec, gt, simplify=False)
+    assert out.models == raw.models == tuple(gt.models)  # "*" applies to every model of the data
+    assert (out.removed, raw.removed, raw.note) == (2, 0, "")
+    assert out.note.startswith("simplified: 2 conditional(s) never switch on")
+    assert "HUGE_K" in raw.code and "HUGE_K" not in out.code and "SLOPE" not in out.code
+    assert f"//   complexity: {out.program.complexity.total}\n" in out.code  # the emitted program's
+    assert "//   complexity: 99\n" in raw.code and "// Program:    7\n" in raw.code
+    vectors = {e.model: e.model_vec(gt.hardware) for e in gt.experiments}
+    consts = {m: list(prog.initial_constants) for m in gt.models}
+    same = emit_go(prog, consts, vectors, rec["evaluation"]["overheads"], program_id="7",
+                   scores=rec["evaluation"]["objectives"])
+    assert raw.code == same  # nothing but emit_go around the record's values
+
+
+def test_emit_record_refusals(gt):
+    prog = parse_program(DEAD)
+    rec = _record(DEAD, gt.models, {gt.models[0]: list(prog.initial_constants)})
+    assert emit_record(rec, gt, simplify=False).models == (gt.models[0],)
+    with pytest.raises(GoEmitError, match="no valid evaluation"):
+        emit_record({**rec, "evaluation": {"valid": False}}, gt)
+    with pytest.raises(GoEmitError, match="does not parse"):
+        emit_record({**rec, "source": "import os"}, gt)
+    with pytest.raises(GoEmitError, match="none of the models"):
+        emit_record(_record(DEAD, gt.models, {"no-such-model": [1.0]}), gt)
+    with pytest.raises(GoEmitError, match="cap 2"):
+        emit_record(rec, gt, simplify=False, caps=Caps(ops=2))
+    with pytest.raises(GoEmitError, match="Caps"):
+        emit_record(rec, gt, simplify=False, caps=(30, 3, 10))

@@ -1,11 +1,13 @@
-"""`evolve ui` end to end: a real archive of a short run, the JSON API, the page in headless
-Chromium (Debian's /usr/bin/chromium driven by the playwright package; install both with
-scripts/install_browser.sh), and reads while another process holds the write lock."""
+"""`evolve ui` end to end: a real archive of a short run, the JSON API, the static files, the
+page and its Plotly plots in headless Chromium (Debian's /usr/bin/chromium driven by the
+playwright package; install both with scripts/install_browser.sh), the Go view against
+`evolve emit-go`, and reads while another process holds the write lock."""
 from __future__ import annotations
 
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,12 +15,15 @@ import textwrap
 import time
 import urllib.error
 import urllib.request
+from importlib import resources
 
+import plotly
 import pytest
 
 from evolve.archive import Archive
 from evolve.search import RunConfig, Search
-from evolve.ui import make_server
+from evolve.cli import main as cli_main
+from evolve.views import make_server
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -26,6 +31,17 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-s
 OVERCAP_SRC = ('"""Deliberately over the Go cap (34 operations)."""\nA = 1.0\nB0 = 2.0\n\n\n'
                "def predict_step_time(t_prefill_gemm, t_decode_gemm, B):\n"
                "    return B0 + " + " + ".join(["A * t_prefill_gemm"] * 16) + " + t_decode_gemm * B\n")
+DEAD_SRC = textwrap.dedent('''\
+    """A threshold no batch reaches (at most 128 running requests): the emitter drops it."""
+    SCALE_W = 3.0
+    SCALE_KV = 7.0
+
+
+    def predict_step_time(t_weights, t_decode_kv, B):
+        if B > 1000000:
+            return 2.0 * SCALE_W * t_weights + SCALE_KV * t_decode_kv + B
+        return SCALE_W * t_weights + SCALE_KV * t_decode_kv + B
+    ''')
 HOSTILE_SRC = textwrap.dedent('''\
     """</pre><img src=x onerror="window.__xss=1"><script>window.__xss=2</script> & <b>bold</b>"""
     SCALE_W = 3.0
@@ -48,8 +64,9 @@ def _chromium() -> str | None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A real archive: a 7-evaluation offline run on the embedded data, plus two extra
-    programs stored in the same run (one over the Go cap, one with hostile text)."""
+    """A real archive: a 7-evaluation offline run on the embedded data, plus three extra
+    programs stored in the same run (one over the Go cap, one with hostile text, one with a
+    dead conditional)."""
     path = tmp_path_factory.mktemp("ui") / "archive.db"
     archive = Archive(path)
     search = Search(RunConfig(budget=7, seed=1, workers=1, generation_size=2), archive)
@@ -59,11 +76,13 @@ def built(tmp_path_factory):
     assert best is not None, "the short run produced no valid program"
     ev = copy.deepcopy(best["evaluation"])
     extra = {}
-    for name, src in (("overcap", OVERCAP_SRC), ("hostile", HOSTILE_SRC)):
+    for k, (name, src) in enumerate((("overcap", OVERCAP_SRC), ("hostile", HOSTILE_SRC), ("dead", DEAD_SRC))):
         e = copy.deepcopy(ev)
         e["objectives"] = dict(e["objectives"])
         e["objectives"].pop("complexity", None)  # the archive fills in the program's own
-        e["objectives"]["e2e_mean"] = e["objectives"]["e2e_mean"] * 1.5  # never better than `best`
+        e["objectives"]["e2e_mean"] = e["objectives"]["e2e_mean"] * (1.5 + 0.2 * k)  # never better than `best`
+        if name == "dead":  # two constants per model, as the program declares
+            e["constants"] = {m: [3.0, 7.0] for m in e["constants"]}
         extra[name] = archive.add_candidate(run, src, operator=f"test:{name}", generation=99, evaluation=e,
                                             count=False)
     archive.close()
@@ -89,6 +108,12 @@ def get(base, path, timeout=120):
         body = e.read().decode()
         assert "Traceback" not in body
         return e.code, json.loads(body)
+
+
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+except ImportError:  # the browser tests skip without playwright (see the browser fixture)
+    PlaywrightTimeout = TimeoutError
 
 
 @pytest.fixture(scope="module")
@@ -132,11 +157,18 @@ def test_api_shapes(server, built):
     keys = {"id", "complexity", "e2e_mean", "ttft_mean", "itl_mean", "step_mape", "frontier"}
     assert pts["points"] and all(keys <= set(p) for p in pts["points"])
     ids = {p["id"] for p in pts["points"]}
-    assert {built["best"], built["overcap"], built["hostile"]} <= ids
+    assert {built["best"], built["overcap"], built["hostile"], built["dead"]} <= ids
     front = {p["id"] for p in pts["points"] if p["frontier"]}
     assert built["best"] in front and built["overcap"] not in front
     lo, hi = pts["complexity_range"]
     assert lo <= hi and all(lo <= p["complexity"] <= hi for p in pts["points"])
+
+    # the run's history: one entry per full evaluation, best E2E never rising, hypervolume never falling
+    hist = pts["history"]["runs"][built["run"]]
+    assert [i for i, _, _ in hist] == list(range(1, pts["n_total"] + 1))
+    bests = [b for _, b, _ in hist if b is not None]
+    assert bests == sorted(bests, reverse=True) and bests[-1] == min(p["e2e_mean"] for p in pts["points"])
+    assert [h for *_, h in hist] == sorted(h for *_, h in hist)
 
     st, cut = get(server, f"/api/points?run={built['run']}&max_complexity={lo}")
     assert st == 200 and 1 <= len(cut["points"]) < len(pts["points"])
@@ -172,6 +204,8 @@ def test_api_shapes(server, built):
     ("/api/program/99999999999999999999999", 404), ("/api/program/999999/go", 404), ("/api/nope", 404),
     ("/nope", 404), ("/api/points?run=no-such-run", 404), ("/api/baselines?run=no-such-run", 404),
     ("/api/points?max_complexity=abc", 400), ("/api/points?max_complexity=nan", 400),
+    ("/static/server.py", 404), ("/static/../server.py", 404), ("/static/%2e%2e/server.py", 404),
+    ("/static/", 404), ("/static/plotly.min.js/x", 404), ("/evolve/views/server.py", 404),
 ])
 def test_api_errors(server, path, status):
     st, body = get(server, path)
@@ -183,9 +217,37 @@ def test_page_is_self_contained(server):
         page = r.read().decode()
         csp = r.headers["Content-Security-Policy"]
     assert "default-src 'none'" in csp and "connect-src 'self'" in csp
-    stripped = page.replace("http://www.w3.org/2000/svg", "")  # the SVG namespace name, never fetched
-    assert "http://" not in stripped and "https://" not in stripped and "//cdn" not in stripped
-    assert "<script src" not in page and "<link" not in page
+    script_src = next(d for d in csp.split(";") if d.strip().startswith("script-src"))
+    assert script_src.split()[1:] == ["'self'"]  # no inline script, no eval, no other origin
+    assert "http://" not in page and "https://" not in page and "//cdn" not in page
+    assert "<script>" not in page  # every script is a file of this server
+    refs = re.findall(r'(?:src|href)="([^"]*)"', page)
+    assert sorted(refs) == ["/static/app.css", "/static/app.js", "/static/plotly.min.js"]
+    for ref in refs:
+        with urllib.request.urlopen(server + ref, timeout=30) as r:
+            body = r.read()
+            assert r.status == 200 and r.headers["Content-Security-Policy"] == csp
+            assert r.headers["Content-Type"].startswith("text/css" if ref.endswith(".css") else "text/javascript")
+        if ref.endswith("plotly.min.js"):  # the copy the plotly package ships, not a download
+            shipped = resources.files("plotly") / "package_data" / "plotly.min.js"
+            assert body == shipped.read_bytes() and plotly.__version__ == "6.9.0"
+
+
+def test_ui_go_equals_cli_emit_go(server, built, tmp_path):
+    """The Go view shows what `evolve emit-go` writes, dead-branch simplification included."""
+    for key in ("best", "dead"):
+        out = tmp_path / f"{key}.go"
+        assert cli_main(["emit-go", str(built[key]), "--archive", str(built["path"]), "-o", str(out)]) == 0
+        st, go = get(server, f"/api/program/{built[key]}/go")
+        assert st == 200 and go["ok"], go
+        assert go["code"] == out.read_text()
+    # the dead threshold is gone from the code and the page says so
+    assert go["note"].startswith("simplified: 1 conditional")
+    kept = tmp_path / "kept.go"
+    assert cli_main(["emit-go", str(built["dead"]), "--archive", str(built["path"]), "-o", str(kept),
+                     "--no-simplify"]) == 0
+    n_if = lambda code: sum(ln.strip().startswith("if ") for ln in code.splitlines())  # noqa: E731
+    assert n_if(kept.read_text()) == n_if(go["code"]) + 1
 
 
 def test_reads_while_another_process_holds_the_write_lock(server, built):
@@ -220,23 +282,62 @@ def test_reads_while_another_process_holds_the_write_lock(server, built):
 
 # ---------------------------------------------------------------- the page in Chromium
 
-def _circles(page) -> int:
-    return page.locator("#plot circle").count()
+# Plotly draws each trace in a group with the class "trace<uid>"; app.js names its program
+# traces "evaluated" and "frontier", the ring around the selected program "selected".
+PROGRAM_POINTS = "#plot g.traceevaluated path.point, #plot g.tracefrontier path.point"
+_POINT_XY = """pid => {
+  const gd = document.getElementById("plot");
+  for (const uid of ["frontier", "evaluated"]) {
+    const t = gd.data.find((d) => d.uid === uid), i = t ? t.customdata.indexOf(pid) : -1;
+    if (i < 0) continue;
+    const r = gd.querySelectorAll("g.trace" + uid + " path.point")[i].getBoundingClientRect();
+    return [r.x + r.width / 2, r.y + r.height / 2];
+  }
+  return null;
+}"""
+
+
+def _points(page) -> int:
+    return page.locator(PROGRAM_POINTS).count()
+
+
+def _click_point(page, pid: int) -> None:
+    """Click program `pid` as a user does: Plotly clicks the point it hovers, and where marks
+    overlap (a baseline square, a neighbour) the user moves until the tooltip names it."""
+    page.wait_for_selector("#plot g.tracebaseline0 path.point")  # the last redraw after loading
+    cx, cy = page.evaluate(_POINT_XY, pid) or (None, None)
+    assert cx is not None, f"program {pid} is not plotted"
+    for dx, dy in ((0, 0), (0, 3), (0, -3), (3, 0), (-3, 0), (3, 3), (-3, -3), (3, -3), (-3, 3), (0, 5), (0, -5)):
+        page.mouse.move(cx - 40, cy - 40)
+        page.mouse.move(cx + dx, cy + dy)
+        try:
+            page.wait_for_selector("#plot .hoverlayer .hovertext", timeout=2_000)
+        except PlaywrightTimeout:
+            continue
+        if not (page.locator("#plot .hoverlayer .hovertext").first.text_content() or "").startswith(f"#{pid} "):
+            continue
+        page.mouse.click(cx + dx, cy + dy)
+        page.wait_for_function("id => document.querySelector('#pid')?.textContent === 'Program #' + id", arg=pid)
+        return
+    raise AssertionError(f"no spot on program {pid}'s mark shows its tooltip")
 
 
 def test_page_plot_panel_and_filter(page, server, built, tmp_path):
     _, pts = get(server, f"/api/points?run={built['run']}")
     page.goto(server + "/")
-    page.wait_for_function("n => document.querySelectorAll('#plot circle').length === n", arg=len(pts["points"]))
-    assert _circles(page) == len(pts["points"])
+    page.wait_for_function("([sel, n]) => document.querySelectorAll(sel).length === n",
+                           arg=[PROGRAM_POINTS, len(pts["points"])])
+    assert _points(page) == len(pts["points"])
     assert page.locator("#run").input_value() == built["run"]
     n_front = sum(p["frontier"] for p in pts["points"])
-    assert page.locator("#plot circle.front").count() == n_front
+    assert page.locator("#plot g.tracefrontier path.point").count() == n_front
     assert page.locator("#ftable tbody tr").count() == n_front
+    # the search history: best E2E and hypervolume of the run
+    assert page.locator("#history g.trace path.js-line").count() == 2
 
-    # click a frontier point: id, source, constants, error table, Go code
+    # click a frontier point: id, source, constants, error table and plot, Go code
     pid = built["best"]
-    page.locator(f'#plot circle.front[data-id="{pid}"]').click()
+    _click_point(page, pid)
     page.wait_for_selector("#pid")
     assert page.locator("#pid").inner_text() == f"Program #{pid}"
     rec = get(server, f"/api/program/{pid}")[1]
@@ -245,33 +346,39 @@ def test_page_plot_panel_and_filter(page, server, built, tmp_path):
     page.wait_for_selector("#gocode")
     assert "package latency" in page.locator("#gocode").inner_text()
     assert page.locator("#errtable tbody tr").count() == len(rec["evaluation"]["rows"])
-    # the best baseline's errors arrive next to the program's
+    # the best baseline's errors arrive next to the program's, in the table and in the bar plot
     page.wait_for_function("() => (document.querySelector('#basenote') || {}).textContent?.includes('is the baseline')")
-    assert page.locator(f'#plot circle.sel[data-id="{pid}"]').count() == 1
-    page.screenshot(path=str(tmp_path / "ui.png"))
+    n_rows = len(rec["evaluation"]["rows"])
+    page.wait_for_function("n => document.querySelectorAll('#errplot .barlayer g.point').length >= n",
+                           arg=2 * 3 * n_rows - 3)  # this program and the baseline, 3 metrics (a few bars may be empty)
+    ring = "() => document.getElementById('plot').data.find((t) => t.uid === 'selected').customdata"
+    assert page.evaluate(ring) == [pid]
+    assert page.locator("#plot g.traceselected path.point").count() == 1
+    page.screenshot(path=str(tmp_path / "ui.png"), full_page=True)
 
     # the complexity filter: fewer (or as many) points, matching the API
     lo = pts["complexity_range"][0]
     want = len(get(server, f"/api/points?run={built['run']}&max_complexity={lo}")[1]["points"])
     page.fill("#cx", str(int(lo)))
     page.press("#cx", "Enter")
-    page.wait_for_function("n => document.querySelectorAll('#plot circle').length === n", arg=want)
-    assert _circles(page) == want <= len(pts["points"])
+    page.wait_for_function("([sel, n]) => document.querySelectorAll(sel).length === n", arg=[PROGRAM_POINTS, want])
+    assert _points(page) == want <= len(pts["points"])
 
-    # log scale redraws the same points
+    # log scale redraws the same points on a log axis
     page.check("#logy")
-    assert _circles(page) == want
+    page.wait_for_function("() => document.getElementById('plot').layout.yaxis.type === 'log'")
+    assert _points(page) == want
 
 
 def test_page_overcap_refusal_and_escaping(page, server, built):
     page.goto(server + "/")
-    page.wait_for_selector("#plot circle")
-    page.locator(f'#plot circle[data-id="{built["overcap"]}"]').click()
+    page.wait_for_selector("#plot g.tracefrontier path.point")
+    _click_point(page, built["overcap"])
     page.wait_for_selector("#gorefuse")
     assert "exceeds the Go emission cap" in page.locator("#gorefuse").inner_text()
     assert "over Go cap" in page.locator("#panel").inner_text()
 
-    page.locator(f'#plot circle[data-id="{built["hostile"]}"]').click()
+    _click_point(page, built["hostile"])
     page.wait_for_function("id => document.querySelector('#pid')?.textContent === 'Program #' + id",
                            arg=built["hostile"])
     src = page.locator("#src").inner_text()

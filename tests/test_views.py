@@ -1,16 +1,22 @@
-"""Terminal views and the self-contained HTML report, on a hand-filled archive."""
+"""Terminal views, the report's Plotly figures and the one-file HTML report (also opened in
+headless Chromium), on a hand-filled archive."""
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
-import xml.etree.ElementTree as ET
+import shutil
 
 import pytest
+from plotly.offline import get_plotlyjs
 from rich.console import Console
 
 from evaluator.evaluate import Evaluation
 from evolve.archive import Archive
+from evolve.cli import main as cli_main
 from evolve.views import frontier_table, go_cap_status, render_frontier, report_html, show_program
+from evolve.views.plots import pareto_figure, progress_series, stage_errors_figure, ttft_itl_figure
 
 BASE = """BETA0 = 15000.0
 BETA1 = 2.0
@@ -79,7 +85,7 @@ def test_frontier_table(filled):
                           "components", "run", "generation"}
         assert r["run"] == run
     assert ids[-1] in {r["id"] for r in rows}  # the best-error program is on the front
-    assert ids[5] not in {r["id"] for r in rows}  # invalid evaluation never is
+    assert ids[6] not in {r["id"] for r in rows}  # the invalid evaluation (generation 5) never is
     assert frontier_table(a, None) == rows  # one run: same front over all runs
 
 
@@ -107,8 +113,20 @@ def test_go_cap_status():
     assert go_cap_status({"n_ops": None}).startswith("unknown")
 
 
-def _svgs(page: str) -> list[str]:
-    return re.findall(r"<svg\b.*?</svg>", page, flags=re.S)
+def _figures(page: str) -> dict[str, dict]:
+    """div id -> {"data", "layout"} of every Plotly.newPlot call in the page."""
+    out = {}
+    dec = json.JSONDecoder()
+    for m in re.finditer(r'Plotly\.newPlot\(\s*"([^"]+)",\s*', page):
+        data, end = dec.raw_decode(page, m.end())
+        rest = page[end:].lstrip().lstrip(",").lstrip()
+        layout, _ = dec.raw_decode(rest)
+        out[m.group(1)] = {"data": data, "layout": layout}
+    return out
+
+
+def _trace(fig, name):
+    return next(t for t in fig["data"] if t.get("name") == name)
 
 
 def test_report_html_self_contained(filled, tmp_path):
@@ -118,18 +136,61 @@ def test_report_html_self_contained(filled, tmp_path):
                       baselines={"blackbox": blackbox, "roofline-rows": make_eval(0.35).rows})
     page = open(out, encoding="utf-8").read()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    svgs = _svgs(page)
-    assert len(svgs) >= 7  # pareto, ttft/itl, progress x2, error bars x3
-    for s in svgs:  # every plot is well-formed markup with hover tooltips
-        ET.fromstring(s)
-    assert page.count("<title>") > 20
+    # plotly.js inlined exactly once, nothing loaded from anywhere
+    assert page.count("* plotly.js v") == 1 and page.count("<script") == 1 + 4
+    ours = page.replace(get_plotlyjs(), "")  # the rest: our markup and the figures
+    assert "<script src" not in ours and "<link" not in ours and "http://" not in ours and "https://" not in ours
+    figs = _figures(page)
+    assert set(figs) == {"plot-pareto", "plot-ttft-itl", "plot-progress", "plot-stage-errors"}
+    front = {r["id"] for r in a.frontier(run)}
+    assert set(_trace(figs["plot-pareto"], "frontier (all objectives)")["customdata"]) == front
+    shown = set(_trace(figs["plot-pareto"], "evaluated")["customdata"]) | front
+    assert ids[6] not in shown and shown == set(ids) - {ids[6]}  # every valid evaluation, never the invalid one
+    assert _trace(figs["plot-pareto"], "baselines")["text"] == ["blackbox"]  # the rows-only baseline has no complexity
+    assert len(_trace(figs["plot-ttft-itl"], "baselines")["x"]) == 2  # both: the rows-only one by its row means
+    bars = [t for t in figs["plot-stage-errors"]["data"] if t["type"] == "bar"]
+    assert len(bars) == 3 * 3  # E2E, TTFT, ITL x (program, two baselines)
     for pid in frontier_table(a, run):
         assert f"#{pid['id']}" in page
     assert f"Program #{ids[-1]}" in page  # default detailed program: best e2e_mean
     assert "blackbox" in page and "roofline-rows" in page
-    assert "http://" not in page and "https://" not in page  # nothing fetched from anywhere
-    assert "<script" not in page and "<link" not in page and "src=" not in page
     assert "complexity" in page and "hypervolume" in page and "TTFT" in page
+
+
+def test_report_figures_content(filled):
+    a, run, ids = filled
+    evals = a.evaluations(run, stage="full")
+    front = {r["id"] for r in a.frontier(run)}
+    blackbox = make_eval(0.5, complexity=7)
+    chosen = a.program(ids[-1])
+    fig = pareto_figure(evals, front, {"blackbox": blackbox, "rows": make_eval(0.35).rows}, chosen)
+    by = {t.name: t for t in fig.data}
+    assert set(by) == {"2-D front (complexity, E2E)", "evaluated", "frontier (all objectives)", "baselines",
+                       f"detailed: #{ids[-1]}"}
+    assert list(by["baselines"].x) == [7] and list(by["baselines"].y) == [blackbox.objectives["e2e_mean"]]
+    e2e = {r["id"]: r["objectives"]["e2e_mean"] for r in evals if r["eval_valid"]}
+    for name in ("evaluated", "frontier (all objectives)"):
+        for pid, y in zip(by[name].customdata, by[name].y):
+            assert y == pytest.approx(e2e[pid])
+    assert list(by[f"detailed: #{ids[-1]}"].y) == [pytest.approx(e2e[ids[-1]])]
+    assert min(by["2-D front (complexity, E2E)"].y) == pytest.approx(min(e2e.values()))
+
+    t = {tr.name: tr for tr in ttft_itl_figure(evals, front, {"rows": make_eval(0.35).rows}).data}
+    rows = make_eval(0.35).rows
+    assert list(t["baselines"].x) == [pytest.approx(sum(r["itl_err"] for r in rows) / 3)]
+
+    bars = stage_errors_figure(chosen, {"blackbox": blackbox}).data
+    assert [b.name for b in bars] == [f"#{ids[-1]}", "blackbox"] * 3
+    assert list(bars[0].y) == [r["e2e_err"] for r in chosen["evaluation"]["rows"]]
+    assert list(bars[3].y) == [r["ttft_err"] for r in blackbox.rows]
+    assert stage_errors_figure({"id": 1, "evaluation": {}}, {}) is None
+
+    series = progress_series(evals, (100.0, 1.0))[run]
+    assert [i for i, _, _ in series] == list(range(1, len(evals) + 1))
+    bests = [b for _, b, _ in series]
+    hvs = [h for *_, h in series]
+    assert bests == sorted(bests, reverse=True) and bests[-1] == pytest.approx(min(e2e.values()))
+    assert hvs == sorted(hvs) and hvs[-1] > 0
 
 
 def test_report_html_all_runs_chosen_program_and_empty(filled, tmp_path):
@@ -138,11 +199,74 @@ def test_report_html_all_runs_chosen_program_and_empty(filled, tmp_path):
     a.add_candidate(run2, BASE.format(k=42), evaluation=make_eval(0.01))
     page = open(report_html(a, tmp_path / "all.html", program_id=ids[1]), encoding="utf-8").read()
     assert f"Program #{ids[1]}" in page and run in page and run2 in page
-    assert "http" not in page
-    for s in _svgs(page):
-        ET.fromstring(s)
+    figs = _figures(page)
+    assert {t["name"] for t in figs["plot-progress"]["data"]} == {run, run2}
     empty = Archive(tmp_path / "empty.db")
     page = open(report_html(empty, tmp_path / "empty.html"), encoding="utf-8").read()
-    assert "<svg" in page and "http" not in page
-    for s in _svgs(page):
-        ET.fromstring(s)
+    figs = _figures(page)
+    assert set(figs) == {"plot-pareto", "plot-ttft-itl", "plot-progress"}
+    assert "no valid full evaluations yet" in json.dumps(figs["plot-pareto"]["layout"])
+
+
+# ---------------------------------------------------------------- the report in a real browser
+
+def _chromium() -> str | None:
+    for c in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def test_report_opens_in_chromium_without_errors(filled, tmp_path):
+    """The page as a reader gets it: every figure drawn by the inlined plotly.js, no console
+    error, no request beyond the file itself."""
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("chromium not found (/usr/bin/chromium): run scripts/install_browser.sh")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="run scripts/install_browser.sh")
+    a, run, ids = filled
+    out = report_html(a, tmp_path / "r.html", run=run, baselines={"blackbox": make_eval(0.5, complexity=7)})
+    url = (tmp_path / "r.html").resolve().as_uri()
+    n_valid = len([r for r in a.evaluations(run, stage="full") if r["eval_valid"]])
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, headless=True,
+                              args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        try:
+            pg = b.new_page(viewport={"width": 1300, "height": 900})
+            errors, requests = [], []
+            pg.on("pageerror", lambda e: errors.append(str(e)))
+            pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            pg.on("request", lambda r: requests.append(r.url))
+            pg.goto(url)
+            pg.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 4")
+            # the Pareto plot: one marker per valid evaluation, the baseline and the detailed-program ring
+            n_marks = pg.locator("#plot-pareto .scatterlayer path.point").count()
+            assert n_marks == n_valid + 1 + 1
+            assert pg.locator("#plot-stage-errors .barlayer path").count() >= 3 * 2 * 3
+            pg.screenshot(path=str(tmp_path / "report.png"), full_page=False)
+        finally:
+            b.close()
+    assert not errors, errors
+    assert [u for u in requests if not u.startswith("file://") and not u.startswith("data:")] == [], requests
+    assert out.endswith("r.html")
+
+
+def test_frontier_cli_json_is_strict(filled, capsys):
+    """`evolve frontier --json`: null for a non-finite objective (never Infinity/NaN), baselines-run
+    programs left out."""
+    a, run, ids = filled
+    ev = make_eval(0.001)
+    best = a.add_candidate(run, BASE.format(k=77), operator="llm:improve", generation=9,
+                           evaluation=Evaluation(valid=True, rows=ev.rows, objectives={**ev.objectives,
+                                                                                       "step_mape": math.inf},
+                                                 constants=ev.constants, overheads=ev.overheads))
+    bl = a.start_run({}, seed=0, run_id="baselines-0123")
+    a.add_candidate(bl, BASE.format(k=99), operator="baseline:blackbox", evaluation=make_eval(0.0001))
+    assert cli_main(["frontier", "--archive", str(a.path), "--json"]) == 0
+
+    def no_constants(name):
+        raise AssertionError(f"non-strict JSON constant {name}")
+    rows = json.loads(capsys.readouterr().out, parse_constant=no_constants)
+    by_id = {r["id"]: r for r in rows}
+    assert best in by_id and by_id[best]["step_mape"] is None and by_id[best]["e2e_mean"] > 0
+    assert all(not str(r["run"]).startswith("baselines-") for r in rows)

@@ -1,4 +1,5 @@
-"""Go toolchain access for the emitter: find `go`, compile-check emitted files, parity-check them.
+"""Test harness for the emitter (test-only, hence under tests/): find `go`, compile-check emitted
+files, parity-check them against the Python prediction.
 
 Everything runs offline in a throw-away module
 
@@ -40,7 +41,7 @@ import numpy as np
 from evaluator.components import N_COMPONENTS, batch_aggregates, fill_components
 from evaluator.program import Program
 
-from .emit import INTERFACES, OVERHEAD_KEYS, constructor_name, emit_go, go_overhead_us, go_step_time_us
+from go_emit.emit import INTERFACES, OVERHEAD_KEYS, constructor_name, emit_go, go_overhead_us, go_step_time_us
 
 __all__ = [
     "GoToolchainError",

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evaluator.program import Program, collapse_conditional
 from evaluator.step_scoring import predict_rows
-from evolve.mutate import collapse_conditional
-from evaluator.program import Program
 
 
 @dataclass

@@ -1,0 +1,201 @@
+"""The component formulas as data: the one source of the numba `fill_components` and the Go
+`fillComponents`, so the simulator, the step scoring and the emitted Go cannot drift apart.
+
+Each row is (name, formula[, doc]). A formula is a Python expression over
+  - the model inputs (local names bound to MODEL_FIELDS entries, see MODEL_INPUTS),
+  - the step aggregates STEP_INPUTS (P, D, n_prefill, n_decode, B, K),
+  - earlier rows (intermediates, then components),
+  - calls of a registered HELPERS entry (a function that exists in both languages),
+with numbers, + - * / **, and at the top level only `a if cond else b` (cond a comparison),
+which both generators turn into an if/else statement. Everything is float64 and keeps the
+written operation order, so values are bit-for-bit the same in both languages.
+
+    python -m evaluator.component_table            # rewrite evaluator/components_kernel.py
+    python -m evaluator.component_table --check    # exit 1 if it is stale
+
+The Go side is generated at emission time by go_emit.components_go from the same rows.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Row", "Helper", "MODEL_FIELDS", "MODEL_INPUTS", "STEP_INPUTS", "INTERMEDIATES", "COMPONENT_ROWS",
+           "HELPERS", "KERNEL_PATH", "parse_formula", "split_conditional", "kernel_source"]
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    formula: str
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Helper:
+    """A function a formula may call. `python` is "module:function" of a numba.njit function
+    (imported by the generated kernel); `go` is the Go source of a method with the same
+    arguments and result, with `{recv}` where the receiver type goes (the emitted type)."""
+    name: str
+    python: str
+    go: str
+
+
+# Per-model hardware + architecture vector, and the local name each entry is read into.
+MODEL_INPUTS: tuple[tuple[str, str], ...] = (
+    ("L", "layers"),
+    ("h", "hidden"),
+    ("nq", "n_heads"),
+    ("nkv", "n_kv_heads"),
+    ("hd", "head_dim"),
+    ("ffn", "ffn"),
+    ("n_exp", "n_experts"),
+    ("top_k", "top_k"),
+    ("vocab", "vocab"),
+    ("tp", "tp"),
+    ("flops", "peak_flops"),
+    ("bw", "hbm_bw"),
+    ("nvlink", "nvlink_bw"),
+)
+MODEL_FIELDS: tuple[str, ...] = tuple(field for _, field in MODEL_INPUTS)
+STEP_INPUTS: tuple[str, ...] = ("P", "D", "n_prefill", "n_decode", "B", "K")
+
+INTERMEDIATES: tuple[Row, ...] = (
+    Row("attn_params", "h * (nq * hd) + 2.0 * h * (nkv * hd) + (nq * hd) * h"),
+    Row("mlp_params", "3.0 * h * ffn"),
+    Row("tokens", "P + D"),
+    Row("k_flop", "top_k if n_exp > 1.0 else 1.0"),
+    Row("active", "n_exp * (1.0 - (1.0 - top_k / n_exp) ** tokens) if n_exp > 1.0 else 1.0"),
+    Row("flop_params", "L * (attn_params + k_flop * mlp_params)"),
+    Row("us", "1e6"),
+)
+
+COMPONENT_ROWS: tuple[Row, ...] = (
+    Row("t_prefill_gemm", "2.0 * P * flop_params / tp / flops * us",
+        "prefill GEMM time (us): dense matmul FLOPs of the prefill tokens at peak bf16"),
+    Row("t_prefill_attn", "4.0 * L * nq * hd * P * (P / n_prefill) / 2.0 / tp / flops * us if n_prefill > 0.0 else 0.0",
+        "prefill attention time (us): causal attention FLOPs of the prefill chunks at peak"),
+    Row("t_decode_gemm", "2.0 * D * flop_params / tp / flops * us",
+        "decode GEMM time (us): matmul FLOPs of the decode tokens at peak"),
+    Row("t_decode_kv", "K * 2.0 * L * nkv * hd * 2.0 / tp / bw * us",
+        "decode KV-read time (us): bytes of all held KV cache at HBM bandwidth"),
+    Row("t_weights",
+        "2.0 * (L * (attn_params + active * mlp_params) + 2.0 * vocab * h) / tp / bw * us if tokens > 0.0 else 0.0",
+        "weight-load time (us): bytes of the weights read this step at HBM bandwidth (MoE: experts hit)"),
+    Row("t_allreduce", "2.0 * L * tokens * h * 2.0 * 2.0 * (tp - 1.0) / tp / nvlink * us if tp > 1.0 else 0.0",
+        "TP all-reduce time (us): activation bytes over NVLink, 0 at TP=1"),
+    Row("t_lm_head", "2.0 * (n_prefill + D) * vocab * h / tp / flops * us",
+        "LM-head time (us): logits FLOPs for the sampled tokens at peak"),
+    Row("P", "P", "prefill tokens scheduled this step"),
+    Row("D", "D", "decode tokens scheduled this step (one per decoding request)"),
+    Row("B", "B", "running batch size (requests in the running queue)"),
+    Row("K", "K", "KV tokens held in GPU cache"),
+    Row("n_prefill", "n_prefill", "requests with a prefill chunk this step"),
+    Row("n_decode", "n_decode", "requests decoding this step"),
+    Row("layers", "L", "transformer layers of the model"),
+    Row("tp", "tp", "tensor-parallel degree"),
+)
+
+HELPERS: dict[str, Helper] = {}  # none yet; measured (table-interpolated) components will add theirs
+
+KERNEL_PATH = Path(__file__).with_name("components_kernel.py")
+_ALLOWED = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Constant, ast.Call, ast.IfExp,
+            ast.Compare, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.USub, ast.Lt, ast.LtE, ast.Gt,
+            ast.GtE, ast.Eq, ast.NotEq)
+
+
+class TableError(ValueError):
+    """A formula uses something the generators cannot translate identically."""
+
+
+def parse_formula(row: Row, known: set[str]) -> ast.expr:
+    """The formula's expression AST, checked against the table's small language."""
+    try:
+        tree = ast.parse(row.formula, mode="eval")
+    except SyntaxError as e:
+        raise TableError(f"{row.name}: {e.msg}") from e
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED):
+            raise TableError(f"{row.name}: {type(node).__name__} is not allowed in a formula")
+        if isinstance(node, ast.Name) and node.id not in known and node.id not in HELPERS:
+            raise TableError(f"{row.name}: {node.id!r} is neither an input, an earlier row nor a helper")
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in HELPERS):
+            raise TableError(f"{row.name}: only HELPERS may be called")
+        if isinstance(node, ast.Constant) and type(node.value) not in (int, float):
+            raise TableError(f"{row.name}: constant {node.value!r} is not a number")
+        if isinstance(node, ast.IfExp) and node is not tree.body:
+            raise TableError(f"{row.name}: a conditional is only allowed as the whole formula")
+    return tree.body
+
+
+def split_conditional(expr: ast.expr) -> tuple[ast.expr | None, ast.expr, ast.expr | None]:
+    """(condition, value if true, value if false); condition None for a plain formula."""
+    if isinstance(expr, ast.IfExp):
+        return expr.test, expr.body, expr.orelse
+    return None, expr, None
+
+
+def checked_rows() -> list[tuple[Row, ast.expr, bool]]:
+    """(row, expression, is_component) in evaluation order, every formula validated."""
+    known = {local for local, _ in MODEL_INPUTS} | set(STEP_INPUTS)
+    out = []
+    for rows, is_comp in ((INTERMEDIATES, False), (COMPONENT_ROWS, True)):
+        for row in rows:
+            expr = parse_formula(row, known)
+            out.append((row, expr, is_comp))
+            if not is_comp:
+                known.add(row.name)
+    return out
+
+
+# ----------------------------------------------------------------- the Python kernel
+
+_KERNEL_HEAD = '''\
+"""fill_components, generated by `python -m evaluator.component_table` from its table; do not edit.
+
+numba caches (cache=True) only functions defined in a real module, which is why this is a file.
+"""
+import numba
+'''
+
+
+def kernel_source() -> str:
+    """The text of evaluator/components_kernel.py."""
+    lines = [_KERNEL_HEAD.rstrip("\n")]
+    for h in HELPERS.values():
+        module, func = h.python.split(":")
+        lines.append(f"from {module} import {func} as {h.name}" if func != h.name else f"from {module} import {func}")
+    lines += ["", "", "@numba.njit(cache=True, fastmath=False)",
+              "def fill_components(model, " + ", ".join(STEP_INPUTS) + ", out):",
+              '    """Write the components of one step into `out` (length N_COMPONENTS)."""']
+    for i, (local, _) in enumerate(MODEL_INPUTS):
+        lines.append(f"    {local} = model[{i}]")
+    index = 0
+    for row, expr, is_comp in checked_rows():
+        target = f"out[{index}]" if is_comp else row.name
+        index += is_comp
+        cond, yes, no = split_conditional(expr)
+        if cond is None:
+            lines.append(f"    {target} = {ast.unparse(yes)}")
+        else:
+            lines += [f"    if {ast.unparse(cond)}:", f"        {target} = {ast.unparse(yes)}",
+                      "    else:", f"        {target} = {ast.unparse(no)}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    src = kernel_source()
+    if "--check" in argv:
+        if KERNEL_PATH.read_text() != src:
+            print(f"{KERNEL_PATH} is stale: run python -m evaluator.component_table", file=sys.stderr)
+            return 1
+        return 0
+    KERNEL_PATH.write_text(src)
+    print(f"wrote {KERNEL_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,98 @@
+"""The judge's verdict on one candidate, as one frozen record with one converter each way.
+
+`Evaluation` is what `Evaluator.evaluate` returns, what a worker process sends back over its
+pipe (as `to_json()`), what the archive stores column by column and what `Archive.evaluation`
+hands back (through `from_json`). Nothing else builds one from a dict, so a field added here
+reaches every stage or fails loudly in `from_json`.
+
+The per-stage rows and per-experiment step metrics stay plain dicts typed as `StageScore` /
+`StepScore`: they are stored as JSON in the archive and read by the views as mappings.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TypedDict
+
+from evaluator.objectives import ORDER, invalid_objectives
+
+
+class StageScore(TypedDict):
+    """Errors of one experiment x load stage on the reported (held-out) part."""
+    experiment: str
+    model: str
+    workload: str
+    stage: int
+    rate: float
+    n_requests: int
+    pred_e2e_s: float
+    meas_e2e_s: float
+    e2e_err: float
+    pred_ttft_s: float
+    meas_ttft_s: float
+    ttft_err: float
+    pred_itl_s: float
+    meas_itl_s: float
+    itl_err: float
+    sim_steps: int
+    preempted: int
+
+
+StepScore = dict  # per experiment: step_mape, spearman, n_rows (see evaluator.step_scoring.step_metrics)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One candidate scored: objectives (keys of `evaluator.objectives.ORDER`), the rows they
+    summarise, and the fitted constants and request overheads per model (or "*")."""
+    valid: bool
+    error: str | None = None
+    constants: dict[str, list[float]] = field(default_factory=dict)
+    overheads: dict[str, dict] = field(default_factory=dict)
+    rows: tuple[StageScore, ...] = ()
+    steps: dict[str, StepScore] = field(default_factory=dict)
+    objectives: dict[str, float] = field(default_factory=dict)
+    sim_steps: int = 0
+    seconds: float = 0.0
+
+    @classmethod
+    def invalid(cls, error: str, complexity: float | None = None, seconds: float = 0.0,
+                constants: dict[str, list[float]] | None = None) -> "Evaluation":
+        """A candidate that could not be scored: every error objective infinite."""
+        return cls(valid=False, error=error, constants=dict(constants or {}),
+                   objectives=invalid_objectives(complexity), seconds=seconds)
+
+    def objective(self, name: str) -> float:
+        """One objective by name (NaN when missing)."""
+        if name not in ORDER:
+            raise KeyError(f"unknown objective {name!r}")
+        return float(self.objectives.get(name, math.nan))
+
+    # ------------------------------------------------------------ the one converter pair
+    def to_json(self) -> dict:
+        """Plain JSON-able dict (lists, dicts, floats): for the worker pipe and the archive."""
+        return {"valid": bool(self.valid), "error": self.error,
+                "constants": {k: [float(x) for x in v] for k, v in self.constants.items()},
+                "overheads": {k: dict(v) for k, v in self.overheads.items()},
+                "rows": [dict(r) for r in self.rows],
+                "steps": {k: dict(v) for k, v in self.steps.items()},
+                "objectives": dict(self.objectives), "sim_steps": int(self.sim_steps),
+                "seconds": float(self.seconds)}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "Evaluation":
+        """Inverse of `to_json`; also reads an archive evaluation record (extra keys such as
+        id, stage or created_at are ignored, missing optional keys take their defaults)."""
+        if "valid" not in d:
+            raise ValueError("not an evaluation record: no 'valid' key")
+        names = {f.name for f in fields(cls)}
+        kw = {k: d[k] for k in names if k in d and d[k] is not None}
+        kw["valid"] = bool(d["valid"])
+        kw["error"] = d.get("error")
+        kw["rows"] = tuple(dict(r) for r in kw.get("rows", ()))
+        for k in ("constants", "overheads", "steps", "objectives"):
+            kw[k] = dict(kw.get(k, {}))
+        kw["sim_steps"] = int(kw.get("sim_steps", 0))
+        kw["seconds"] = float(kw.get("seconds", 0.0))
+        return cls(**kw)

@@ -1,0 +1,67 @@
+"""A run's configuration: built by one function for a new run and for `--resume`, stored whole.
+
+The archive keeps `RunConfig.to_json()` in `runs.config`; `--resume RUN` rebuilds the same
+value with `RunConfig.from_json` and takes only what may change between sessions (budget,
+workers) from the command line, so a resumed run cannot silently change its seed, data,
+operator or Go cap.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from evaluator.objectives import Caps
+
+RESUMABLE = ("budget", "workers")  # what a --resume may change
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    budget: int = 2000
+    seed: int = 0
+    data: str | None = None
+    workers: int = 2
+    llm: str | None = None
+    llm_base: str | None = None
+    generation_size: int = 8
+    timeout_s: float = 60.0
+    train_fraction: float = 0.7
+    caps: Caps = field(default_factory=Caps)
+    replay: str | None = None  # run id whose cached LLM replies are replayed
+    cascade: bool = True
+
+    def to_json(self) -> dict:
+        """What the archive stores in runs.config (caps as {ops, conditionals, constants})."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "RunConfig":
+        """Inverse of `to_json`. Unknown keys are ignored (records of other kinds, e.g. the
+        baselines run); caps stored by older versions as a [ops, cond, consts] list are read."""
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        caps = kw.get("caps")
+        if isinstance(caps, Mapping):
+            kw["caps"] = Caps(**caps)
+        elif caps is not None:
+            kw["caps"] = Caps(*caps)
+        return cls(**kw)
+
+
+def config_from_args(args, stored: Mapping | None = None, seed: int | None = None) -> RunConfig:
+    """The RunConfig of `evolve run` / `evolve pilot`.
+
+    New run (`stored` None): every field from the flags (`seed` overrides --seed, for pilot),
+    the Go cap from --max-ops/--max-cond/--max-consts. Resume: the stored config of the run,
+    with only RESUMABLE fields taken from the flags.
+    """
+    from_flags = {
+        "budget": args.budget, "seed": args.seed if seed is None else seed, "data": args.data,
+        "workers": args.workers, "llm": getattr(args, "llm", None), "llm_base": getattr(args, "llm_base", None),
+        "generation_size": args.generation_size, "timeout_s": args.timeout,
+        "train_fraction": args.train_fraction, "replay": getattr(args, "replay", None),
+        "caps": Caps(args.max_ops, args.max_cond, args.max_consts),
+    }
+    if stored is None:
+        return RunConfig(**from_flags)
+    return replace(RunConfig.from_json(stored), **{k: from_flags[k] for k in RESUMABLE})

@@ -1,0 +1,116 @@
+"""Number formats and record accessors shared by the terminal tables, the report and the UI.
+
+Baselines reach the views in three shapes (an Evaluation, an archive record, a bare list of
+experiment-stage rows); the accessors here accept all three so no caller converts.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from evaluator.objectives import Caps, finite_or_none
+from evaluator.program import Complexity, ProgramError, parse_program
+
+BASELINE_PREFIX = "baselines-"  # run ids under which the archive stores the baseline evaluations
+
+
+def fmt_err(v) -> str:
+    """A relative error as a percentage (x10 and beyond as a factor); a dash when missing."""
+    x = finite_or_none(v)
+    if x is None:
+        return "—" if v is None else str(v)
+    return f"{100 * x:.1f}%" if x < 10 else f"{x:.3g}x"
+
+
+def fmt_num(v, digits: int = 3) -> str:
+    """Integers as integers, anything else with `digits` significant digits."""
+    x = finite_or_none(v)
+    if x is None:
+        return "—" if v is None else str(v)
+    if x == int(x) and abs(x) < 1e6:
+        return str(int(x))
+    return f"{x:.{digits}g}"
+
+
+def pct(v: float) -> str:
+    """Short percentage for plot labels and tooltips."""
+    return f"{100 * v:.3g}%" if v < 10 else f"{v:.3g}x"
+
+
+def rows_of(baseline) -> list[dict]:
+    """Experiment-stage rows of an Evaluation, an archive record, or a list of rows."""
+    if baseline is None:
+        return []
+    if isinstance(baseline, Mapping):
+        if "evaluation" in baseline and isinstance(baseline["evaluation"], Mapping):
+            return list(baseline["evaluation"].get("rows") or [])
+        return list(baseline.get("rows") or [])
+    if hasattr(baseline, "rows"):
+        return list(baseline.rows or [])
+    return list(baseline)
+
+
+def objectives_of(baseline) -> dict:
+    """Objectives of an Evaluation or an archive record ({} for a bare list of rows)."""
+    if isinstance(baseline, Mapping):
+        ev = baseline.get("evaluation") if isinstance(baseline.get("evaluation"), Mapping) else baseline
+        return dict(ev.get("objectives") or {})
+    return dict(getattr(baseline, "objectives", None) or {})
+
+
+def row_key(r: Mapping) -> tuple[str, int]:
+    """(experiment, stage): how a program's rows are matched with a baseline's."""
+    return (str(r.get("experiment")), int(r.get("stage") or 0))
+
+
+def mean(xs) -> float | None:
+    """Mean of the finite values, None if there are none."""
+    vals = [x for x in (finite_or_none(v) for v in xs) if x is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def baselines_map(baselines) -> dict[str, Any]:
+    """name -> baseline, from a mapping, a single baseline or None."""
+    if baselines is None:
+        return {}
+    if isinstance(baselines, Mapping):
+        return dict(baselines)
+    return {"baseline": baselines}
+
+
+def const_names(source: str) -> list[str]:
+    """Names of the program's fitted constants in vector order (a regex when it does not parse)."""
+    try:
+        return parse_program(source).const_names
+    except (ProgramError, SyntaxError, ValueError):  # display only: the archive keeps rejected programs
+        return re.findall(r"^([A-Za-z][A-Za-z0-9_]*)\s*=", source, flags=re.M)
+
+
+def go_cap_status(rec: Mapping, caps: Caps = Caps()) -> str | None:
+    """None if the program fits the Go emitter's cap, else the reason."""
+    if rec.get("n_ops") is None:
+        return "unknown (program did not parse)"
+    return Complexity(rec["n_ops"], rec["n_cond"], rec["n_consts"]).within(*caps.as_tuple())
+
+
+def complexity_of(rec: Mapping) -> float | None:
+    """The complexity objective of a record, else the program's own complexity column."""
+    c = finite_or_none((rec.get("objectives") or {}).get("complexity"))
+    return c if c is not None else finite_or_none(rec.get("complexity"))
+
+
+def clean_json(o):
+    """Strict-JSON-safe copy: NaN and infinities become None, numpy values plain numbers."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, Mapping):
+        return {str(k): clean_json(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple, set, frozenset)):
+        return [clean_json(v) for v in o]
+    if o is None or isinstance(o, (str, bool, int)):
+        return o
+    if hasattr(o, "tolist"):
+        return clean_json(o.tolist())
+    return str(o)

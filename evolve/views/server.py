@@ -1,0 +1,364 @@
+"""`evolve ui`: a small local web app over the archive (standard-library HTTP server).
+
+    serve("archive.db")                          # blocks; http://127.0.0.1:8765/
+    server, thread = make_server("archive.db", "127.0.0.1", 0)   # tests: ephemeral port
+    ...; server.shutdown(); server.server_close()
+
+GET /  (or /index.html)                static/index.html; it loads /static/app.css,
+                                       /static/app.js and /static/plotly.min.js (the copy the
+                                       plotly package ships): nothing from any other origin
+GET /static/<name>                     only those three names (a fixed table, no path lookup)
+GET /api/runs                          {"archive", "runs": [run...], "default": run id}
+GET /api/points?run=&max_complexity=   {"run", "max_complexity", "points": [point...],
+                                       "n_total", "n_unplottable", "complexity_range": [lo, hi],
+                                       "history": {"ref", "runs": {run: [[i, best e2e, hv]...]}}}
+                                       point = {id, complexity, e2e_mean, e2e_worst, ttft_mean,
+                                       itl_mean, step_mape, frontier, operator, generation, run_id}
+GET /api/program/<id>                  the archive record (program + full evaluation) plus
+                                       "const_names" and "go_cap" (None = fits the Go cap)
+GET /api/program/<id>/go               {"program_id", "ok", "code" | "error", "models"}: what
+                                       `evolve emit-go` writes with its defaults (same function,
+                                       dead-branch simplification included); "ok" is false
+                                       (HTTP 200) when the emitter refuses the program
+GET /api/baselines?run=                {"run", "best", "baselines": {name: {valid, error,
+                                       objectives, rows}}}; computed once per run, then cached
+                                       in memory (stored in the archive the first time)
+
+Errors are JSON ({"error": ...}) with 400 / 403 / 404 / 405 / 500 and never carry a traceback.
+`run=` empty means all runs except the stored baseline runs ("baselines-...").
+
+The server only reads, except for that one-time baseline computation. Every request opens
+the archive read-only (no schema check, which would take the write lock), so each read is a
+`BEGIN DEFERRED` transaction over WAL and never waits for a search writing to the file.
+All text from the archive is inserted into the page with textContent (program source is
+untrusted); the Content-Security-Policy allows scripts and requests from this origin only.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import socket
+import sqlite3
+import sys
+import threading
+import traceback
+import webbrowser
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from evaluator.data import load
+from evaluator.objectives import Caps, finite_or_none, objective_vector
+from evolve.archive import Archive
+from evolve.baselines_store import stored_baselines
+from evolve.pareto import pareto_front
+from evolve.views.format import BASELINE_PREFIX, clean_json, complexity_of, const_names, go_cap_status
+from evolve.views.go_view import GoView
+from evolve.views.plots import progress_series
+
+__all__ = ["make_server", "serve", "UIError"]
+
+_ID_RE = re.compile(r"^[0-9]{1,15}$")
+_CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; "
+        "img-src 'self' data:; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+def _static_table() -> dict[str, tuple[object, str]]:
+    """Route -> (resource, content type). The only files the server ever reads for a URL."""
+    here = resources.files("evolve.views") / "static"
+    return {"index.html": (here / "index.html", "text/html; charset=utf-8"),
+            "static/app.js": (here / "app.js", "text/javascript; charset=utf-8"),
+            "static/app.css": (here / "app.css", "text/css; charset=utf-8"),
+            "static/plotly.min.js": (resources.files("plotly") / "package_data" / "plotly.min.js",
+                                     "text/javascript; charset=utf-8")}
+
+
+class UIError(Exception):
+    """An error answered as JSON with its HTTP status."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# ---------------------------------------------------------------- archive access
+
+@contextlib.contextmanager
+def _open(path: Path):
+    a = Archive(path, readonly=True)
+    try:
+        yield a
+    finally:
+        a.close()
+
+
+def _check_archive(path: Path) -> None:
+    if not path.is_file():
+        raise FileNotFoundError(f"no archive at {path}")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        try:
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise ValueError(f"{path} is not a StepEvolve archive ({e})") from None
+    if not {"runs", "programs", "evaluations"} <= names:
+        raise ValueError(f"{path} is not a StepEvolve archive (no runs/programs/evaluations tables)")
+
+
+# ---------------------------------------------------------------- the application
+
+class _App:
+    """What the handlers share: the archive path, the static files and the in-memory caches."""
+
+    def __init__(self, archive_path: str | Path):
+        self.path = Path(archive_path).expanduser().resolve()
+        _check_archive(self.path)
+        self.static = {route: (res.read_bytes(), ctype) for route, (res, ctype) in _static_table().items()}
+        self._lock = threading.Lock()
+        self._baselines: dict[str, dict] = {}
+        self._baseline_locks: dict[str, threading.Lock] = {}
+        self.go_view = GoView(load)
+
+    # ------------------------------------------------------------ runs
+    def runs(self) -> dict:
+        with _open(self.path) as a:
+            runs = a.runs()
+        out = []
+        for r in runs:
+            if r["id"].startswith(BASELINE_PREFIX):
+                continue
+            cfg = r.get("config") or {}
+            out.append({"id": r["id"], "status": r["status"], "seed": r["seed"], "n_evaluated": r["n_evaluated"],
+                        "budget": r["budget"], "created_at": r["created_at"], "finished_at": r["finished_at"],
+                        "data": cfg.get("data"), "llm": cfg.get("llm"), "data_fingerprint": r["data_fingerprint"]})
+        return {"archive": str(self.path), "runs": out, "default": out[-1]["id"] if out else None}
+
+    @staticmethod
+    def _run_or_404(a: Archive, run: str | None) -> str | None:
+        if not run:
+            return None
+        if a.get_run(run) is None:
+            raise UIError(404, f"no run {run!r}")
+        return run
+
+    # ------------------------------------------------------------ points
+    def points(self, run: str | None, max_complexity: float | None) -> dict:
+        with _open(self.path) as a:
+            run = self._run_or_404(a, run)
+            evals = a.evaluations(run, stage="full")
+            front_ids = set(a.frontier_ids(run)) if run else set()
+            if run and not front_ids:  # no stored membership yet: computed front of the run
+                front_ids = {r["id"] for r in a.frontier(run, computed=True)}
+        evals = [r for r in evals if not str(r["run_id"]).startswith(BASELINE_PREFIX)]
+        plottable = []
+        for r in evals:
+            c, e = complexity_of(r), finite_or_none((r.get("objectives") or {}).get("e2e_mean"))
+            if r.get("eval_valid") and c is not None and e is not None:
+                plottable.append((r, c, e))
+        if not run:  # all runs: the Pareto front of everything shown
+            items = [(r["id"], objective_vector(r.get("objectives") or {})) for r, _, _ in plottable]
+            front_ids = {pid for pid, _ in pareto_front(items, key=lambda it: it[1])}
+        cs = [c for _, c, _ in plottable]
+        pts = []
+        for r, c, e in plottable:
+            if max_complexity is not None and c > max_complexity:
+                continue
+            obj = r.get("objectives") or {}
+            pts.append({"id": r["id"], "complexity": c, "e2e_mean": e,
+                        **{k: finite_or_none(obj.get(k)) for k in ("e2e_worst", "ttft_mean", "itl_mean", "step_mape")},
+                        "frontier": r["id"] in front_ids, "operator": r.get("operator"),
+                        "generation": r.get("generation"), "run_id": r["run_id"]})
+        ref = (max(cs + [1.0]) + 1.0, 1.0)
+        history = {"ref": list(ref), "runs": {rid: [list(t) for t in s]
+                                              for rid, s in sorted(progress_series(evals, ref).items())}}
+        return {"run": run or "", "max_complexity": max_complexity, "points": pts, "n_total": len(evals),
+                "n_unplottable": len(evals) - len(plottable),
+                "complexity_range": [min(cs), max(cs)] if cs else None, "history": history}
+
+    # ------------------------------------------------------------ programs
+    @staticmethod
+    def _record(a: Archive, pid: str) -> dict:
+        if not _ID_RE.match(pid or ""):
+            raise UIError(404, f"no program {pid!r}")
+        try:
+            rec = a.program(int(pid))
+        except OverflowError:
+            rec = None
+        if rec is None:
+            raise UIError(404, f"no program {pid}")
+        return rec
+
+    def program(self, pid: str) -> dict:
+        with _open(self.path) as a:
+            rec = self._record(a, pid)
+        rec["const_names"] = const_names(rec["source"])
+        rec["go_cap"] = go_cap_status(rec)
+        rec["baseline_run"] = str(rec["run_id"]).startswith(BASELINE_PREFIX)
+        return rec
+
+    def go(self, pid: str) -> dict:
+        """What `evolve emit-go PID` writes with its defaults."""
+        with _open(self.path) as a:
+            rec = self._record(a, pid)
+            run = a.get_run(rec["run_id"]) or {}
+        return self.go_view.emit(rec, (run.get("config") or {}).get("data"))
+
+    # ------------------------------------------------------------ baselines
+    def baselines(self, run: str | None) -> dict:
+        with _open(self.path) as a:
+            run = self._run_or_404(a, run)
+        key = run or ""
+        with self._lock:
+            lock = self._baseline_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._baselines:
+                archive = Archive(self.path)  # the one place that may write (stores the baselines once)
+                try:
+                    evs = stored_baselines(archive, run)
+                except Exception as e:  # noqa: BLE001 - e.g. the run's data directory is gone
+                    traceback.print_exc(file=sys.stderr)
+                    raise UIError(500, f"the baselines could not be computed: {type(e).__name__}: {e}") from None
+                finally:
+                    archive.close()
+                out = {name: {"valid": bool(ev.valid), "error": ev.error, "objectives": dict(ev.objectives or {}),
+                              "rows": list(ev.rows or [])} for name, ev in evs.items()}
+                ok = {k: v for k, v in out.items()
+                      if v["valid"] and finite_or_none(v["objectives"].get("e2e_mean")) is not None}
+                best = min(ok, key=lambda k: ok[k]["objectives"]["e2e_mean"]) if ok else None
+                self._baselines[key] = {"run": key, "best": best, "baselines": out}
+            return self._baselines[key]
+
+
+# ---------------------------------------------------------------- HTTP
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "StepEvolveUI/1"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):  # noqa: A002 - quiet unless asked
+        if getattr(self.server, "verbose", False):
+            super().log_message(format, *args)
+
+    def _send(self, status: int, body: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Content-Security-Policy", _CSP)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, obj) -> None:
+        body = json.dumps(clean_json(obj), allow_nan=False, separators=(",", ":")).encode()
+        self._send(status, body, "application/json; charset=utf-8")
+
+    def _host_ok(self) -> bool:
+        """Refuse foreign Host headers on a loopback server (DNS rebinding)."""
+        bound = self.server.server_address[0]
+        if bound not in ("127.0.0.1", "::1", "localhost"):
+            return True
+        host = (self.headers.get("Host") or "").strip().lower()
+        if host.startswith("["):
+            name = host[1:host.find("]")] if "]" in host else host
+        else:
+            name = host.rsplit(":", 1)[0] if ":" in host else host
+        return name in ("127.0.0.1", "localhost", "::1", "")
+
+    def do_GET(self) -> None:  # noqa: N802
+        try:
+            if not self._host_ok():
+                raise UIError(403, "forbidden host")
+            url = urlsplit(self.path)
+            q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+            app: _App = self.server.app
+            route = url.path.strip("/") or "index.html"
+            if route in app.static:
+                return self._send(200, *app.static[route])
+            if route == "favicon.ico":
+                return self._send(204, b"", "image/x-icon")
+            parts = [p for p in url.path.split("/") if p]
+            if parts[0] != "api":
+                raise UIError(404, "not found")
+            api = parts[1:]
+            if api == ["runs"]:
+                return self._json(200, app.runs())
+            if api == ["points"]:
+                mc = q.get("max_complexity", "")
+                mcv = None
+                if mc.strip():
+                    mcv = finite_or_none(mc)
+                    if mcv is None:
+                        raise UIError(400, "max_complexity must be a finite number")
+                return self._json(200, app.points(q.get("run") or None, mcv))
+            if api == ["baselines"]:
+                return self._json(200, app.baselines(q.get("run") or None))
+            if len(api) == 2 and api[0] == "program":
+                return self._json(200, app.program(api[1]))
+            if len(api) == 3 and api[0] == "program" and api[2] == "go":
+                return self._json(200, app.go(api[1]))
+            raise UIError(404, "not found")
+        except UIError as e:
+            self._json(e.status, {"error": e.message})
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception:  # noqa: BLE001 - never leak a traceback to the client
+            traceback.print_exc(file=sys.stderr)  # the server's log only
+            with contextlib.suppress(Exception):
+                self._json(500, {"error": "internal error (see the server's log)"})
+
+    do_HEAD = do_GET
+
+    def _not_allowed(self) -> None:
+        self.close_connection = True  # the request body is never read
+        self._json(405, {"error": "method not allowed (the UI is read-only)"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = _not_allowed
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, addr, app: _App, verbose: bool = False):
+        if ":" in addr[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(addr, _Handler)
+        self.app = app
+        self.verbose = verbose
+
+
+def make_server(archive_path, host: str = "127.0.0.1", port: int = 0, verbose: bool = False):
+    """A started server on (host, port) (port 0: any free port) and its thread.
+    server.server_address holds the real port; stop with server.shutdown(); server.server_close()."""
+    app = _App(archive_path)
+    server = _Server((host, int(port)), app, verbose)
+    thread = threading.Thread(target=server.serve_forever, name="evolve-ui", daemon=True)
+    thread.start()
+    return server, thread
+
+
+def serve(archive_path: str, host: str = "127.0.0.1", port: int = 8765, open_browser: bool = False) -> None:
+    """Serve the UI until Ctrl-C."""
+    server, thread = make_server(archive_path, host, port)
+    h, p = server.server_address[:2]
+    shown = f"[{h}]" if ":" in h else h
+    url = f"http://{shown}:{p}/"
+    print(f"evolve ui: {server.app.path} at {url}  (Ctrl-C to stop)", flush=True)
+    if open_browser:
+        webbrowser.open(url)
+    try:
+        while thread.is_alive():
+            thread.join(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,145 @@
+"""Terminal views of the archive (`evolve frontier`, `evolve show`), drawn with rich.
+
+    rows = frontier_table(archive, run)          # plain dicts, sorted by complexity
+    render_frontier(rows, console)
+    show_program(archive, 42, console, baseline_rows=blackbox_eval.rows)
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+
+from evaluator.objectives import finite_or_none, objective_vector, ranked
+from evolve.pareto import pareto_front
+from evolve.views.format import (BASELINE_PREFIX, complexity_of, const_names, fmt_err, fmt_num, go_cap_status, row_key,
+                                 rows_of)
+
+ERROR_KEYS = ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape")
+
+
+def search_frontier(archive, run: str | None = None) -> list[dict]:
+    """Frontier records of `run`; over all runs, the Pareto front of the search runs alone (a
+    stored baseline program would otherwise dominate programs and hide them)."""
+    if run is not None:
+        return archive.frontier(run)
+    items = [(r["id"], objective_vector(r.get("objectives"))) for r in archive.evaluations(None, valid_only=True)
+             if not str(r["run_id"]).startswith(BASELINE_PREFIX)]
+    recs = [archive.program(pid) for pid, _ in pareto_front(items, key=lambda it: it[1])]
+    return sorted(recs, key=lambda r: (ranked(complexity_of(r)), ranked(r["objectives"].get("e2e_mean")), r["id"]))
+
+
+def frontier_table(archive, run: str | None = None) -> list[dict]:
+    """One plain dict per frontier program, sorted by complexity (then e2e_mean)."""
+    out = []
+    for r in search_frontier(archive, run):
+        obj = r.get("objectives") or {}
+        cx = finite_or_none(obj.get("complexity"))
+        d = {"id": r["id"], "complexity": int(cx) if cx is not None and cx == int(cx) else
+             (cx if cx is not None else r.get("complexity"))}
+        for k in ERROR_KEYS:
+            d[k] = obj.get(k)
+        d.update(components=list(r.get("components") or []), run=r.get("run_id"), generation=r.get("generation"),
+                 operator=r.get("operator"), llm_model=r.get("llm_model"))
+        out.append(d)
+
+    def key(d):
+        e = finite_or_none(d["e2e_mean"])
+        return (d["complexity"] if d["complexity"] is not None else 10**9, e if e is not None else math.inf, d["id"])
+    return sorted(out, key=key)
+
+
+def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto frontier") -> None:
+    if not rows:
+        console.print("[yellow]no evaluated programs yet[/yellow]")
+        return
+    t = Table(title=title, header_style="bold")
+    t.add_column("id", justify="right")
+    t.add_column("cplx", justify="right")
+    for k in ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape"):
+        t.add_column(k, justify="right")
+    t.add_column("components")
+    t.add_column("run")
+    t.add_column("gen", justify="right")
+    for r in rows:
+        t.add_row(str(r["id"]), fmt_num(r.get("complexity")), *(fmt_err(r.get(k)) for k in
+                  ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape")),
+                  ", ".join(r.get("components") or []), str(r.get("run") or ""), fmt_num(r.get("generation")))
+    console.print(t)
+
+
+def show_program(archive, program_id: int, console, baseline_rows=None) -> dict | None:
+    """Print one program: source, fitted constants per model, errors per experiment-stage
+    (next to the baseline's, if given), step metrics, lineage and the Go cap check."""
+    rec = archive.program(program_id)
+    if rec is None:
+        console.print(f"[red]no program {program_id}[/red]")
+        return None
+    ev = rec.get("evaluation") or {}
+    head = (f"program #{rec['id']}  run {rec['run_id']}  generation {rec['generation']}  "
+            f"operator {rec['operator']}" + (f"  llm {rec['llm_model']}" if rec.get("llm_model") else ""))
+    status = "accepted" if rec["valid"] else f"rejected: {rec['reject_reason']}"
+    cap = go_cap_status(rec)
+    cx = (f"complexity {rec['complexity']} = {rec['n_ops']} ops + {rec['n_cond']} cond + {rec['n_consts']} consts"
+          if rec.get("complexity") is not None else "complexity unknown")
+    console.print(Panel(f"{status}\n{cx}\nGo cap: " + ("fits" if cap is None else f"[red]exceeds ({cap})[/red]"),
+                        title=head, expand=False))
+    console.print(Syntax(rec["source"], "python", line_numbers=False))
+    consts = ev.get("constants") or {}
+    if consts:
+        names = const_names(rec["source"])
+        t = Table(title="fitted constants", header_style="bold")
+        t.add_column("model")
+        width = max(len(v) for v in consts.values())
+        for j in range(width):
+            t.add_column(names[j] if j < len(names) else f"c{j}", justify="right")
+        for model, vals in sorted(consts.items()):
+            t.add_row(model, *(f"{v:.6g}" for v in vals))
+        console.print(t)
+    if ev:
+        obj = ev.get("objectives") or {}
+        line = "  ".join(f"{k} {fmt_err(obj.get(k)) if k != 'complexity' else fmt_num(obj.get(k))}"
+                         for k in (*ERROR_KEYS, "complexity"))
+        console.print(f"[bold]{ev.get('stage', '')} evaluation[/bold] " + ("" if ev.get("valid") else
+                      f"[red]INVALID: {ev.get('error')}[/red] ") + line)
+    rows = ev.get("rows") or []
+    base = {row_key(r): r for r in rows_of(baseline_rows)}
+    if rows:
+        t = Table(title="errors per experiment and stage (held-out part)", header_style="bold")
+        for c in ("experiment", "stage", "rate"):
+            t.add_column(c, justify="right" if c != "experiment" else "left")
+        for m in ("e2e", "ttft", "itl"):
+            t.add_column(f"{m} err", justify="right")
+            if base:
+                t.add_column(f"{m} base", justify="right", style="dim")
+        for r in rows:
+            b = base.get(row_key(r), {})
+            cells = [str(r.get("experiment")), str(r.get("stage")), fmt_num(r.get("rate"))]
+            for m in ("e2e", "ttft", "itl"):
+                cells.append(fmt_err(r.get(f"{m}_err")))
+                if base:
+                    cells.append(fmt_err(b.get(f"{m}_err")) if b else "—")
+            t.add_row(*cells)
+        console.print(t)
+    steps = ev.get("steps") or {}
+    if steps:
+        t = Table(title="per-step scoring", header_style="bold")
+        for c in ("experiment", "step MAPE", "spearman(duration)", "n"):
+            t.add_column(c, justify="left" if c == "experiment" else "right")
+        for k, v in sorted(steps.items()):
+            t.add_row(k, fmt_err(v.get("step_mape")), fmt_num(v.get("spearman_duration")), fmt_num(v.get("n")))
+        console.print(t)
+    lin = archive.lineage(program_id)
+    if len(lin) > 1 or rec.get("parent_ids"):
+        t = Table(title="lineage", header_style="bold")
+        for c in ("depth", "id", "operator", "llm", "gen", "cplx", "e2e_mean", "parents"):
+            t.add_column(c, justify="right" if c not in ("operator", "llm", "parents") else "left")
+        for a in lin:
+            t.add_row(str(a["depth"]), str(a["id"]), a["operator"], a.get("llm_model") or "", fmt_num(a["generation"]),
+                      fmt_num(a["complexity"]), fmt_err((a.get("objectives") or {}).get("e2e_mean")),
+                      ", ".join(map(str, a["parent_ids"])))
+        console.print(t)
+    return rec
