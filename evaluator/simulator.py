@@ -1,12 +1,20 @@
 """A numba-compiled discrete-step simulation of the vLLM V1 scheduler, driven by a candidate.
 
-Per step (DESIGN.md section 1): every running request is scheduled in order (a decode takes
+Per step (docs/architecture.md, fact 1): every running request is scheduled in order (a decode takes
 1 token, an unfinished prefill takes a chunk of the remaining budget); the rest of the
 2048-token budget admits waiting requests FCFS while fewer than max_num_seqs run, with
-chunked prefill. KV blocks of 16 tokens are allocated as tokens are computed; when a running
+chunked prefill. KV blocks of 16 tokens are allocated as tokens are scheduled; when a running
 request cannot get a block the most recently admitted running request is preempted (its
-blocks freed, recomputed later from the front of the queue). A prompt whose shared system
-prefix is already cached skips those full blocks (prefix caching).
+blocks freed, recomputed later from the front of the queue).
+
+Prefix caching, two modes (`prefix_cache=`):
+- "lru" (default when the workload carries prompt identity): vLLM V1's block pool
+  (`evaluator/kv_cache.py`): full blocks keep their hashes in an LRU free queue until a new
+  allocation evicts them, shared blocks are reference-counted, and a request scheduled from
+  the waiting queue hits the longest chain of its full blocks still cached (at most
+  prompt - 1 tokens; a preempted request may hit its own blocks, generated ones included).
+- "always-hit": the workload's fixed `cached_len` (a prompt seen before is always cached);
+  the cached prefix is counted against the free blocks as if it were a private copy.
 
 The clock advances by the candidate's predicted step cycle. A request's first token is
 emitted at the end of the step that finishes its prefill; a decode step emits one token.
@@ -16,11 +24,12 @@ simulator is compiled once and any candidate compiled with the fixed signature p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
 
+from evaluator import kv_cache as kv
 from evaluator.components import N_COMPONENTS, PREDICTOR_TYPE, fill_components
 
 # status codes returned by simulate()
@@ -28,16 +37,40 @@ OK = 0
 BAD_PREDICTION = 1  # NaN, infinite or < 1 us
 STEP_LIMIT = 2  # runaway: more steps than allowed
 
+# columns of SimResult.req_stats (one row per request)
+HIT = 0  # prompt tokens served from the cache when first scheduled
+IDEAL_HIT = 1  # what always-hit would have served (prompt or system prompt seen before)
+EVICTIONS = 2  # cached blocks evicted to allocate for this request
+PREEMPTIONS = 3  # times this request was preempted
+T_DECODE = 4  # decode phase: share of decode-only cost of the steps it decoded in (us)
+T_PREFILL = 5  # ... extra cost of fresh prefill chunks riding in those steps
+T_RECOMPUTE = 6  # ... extra cost of prompt tokens recomputed because their blocks were evicted
+T_PREEMPT = 7  # ... extra cost of preempted requests' recompute, and its own re-prefill steps
+RESTART_HIT = 8  # tokens served from the cache on restarts after preemption
+N_REQ_STATS = 9
+
+PREFIX_MODES = ("auto", "lru", "always-hit")
 
 _F1 = numba.float64[::1]
 _I1 = numba.int64[::1]
 _SIM_ARGS = (PREDICTOR_TYPE, _F1, _F1, _F1, _I1, _I1, _I1, numba.int64, numba.int64, numba.int64,
-             numba.int64, numba.int64, numba.boolean)
+             numba.int64, numba.int64, numba.boolean,
+             numba.boolean, _I1, _I1, _I1, numba.int64, numba.boolean)
+
+
+@numba.njit(cache=True, inline="always")
+def _mark_seen(seen, full, block, n_sys, c_sys, c_prompt, prompt_len):
+    """Remember contents whose blocks have been computed (for the always-hit comparison)."""
+    if c_sys >= 0 and full >= n_sys:
+        seen[c_sys] = True
+    if c_prompt >= 0 and full >= (prompt_len - 1) // block:
+        seen[c_prompt] = True
 
 
 @numba.njit(_SIM_ARGS, cache=True, error_model="numpy")
 def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_len,
-              kv_blocks, max_seqs, max_tokens, block, max_steps, record):
+              kv_blocks, max_seqs, max_tokens, block, max_steps, record,
+              lru, n_sys, grp_c, prm_c, ubase, breakdown):
     n = arrival_us.shape[0]
     first_us = np.full(n, -1.0)
     done_us = np.full(n, -1.0)
@@ -45,6 +78,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     target = prompt_len.copy()  # prefill target (grows after preemption: prompt + generated)
     generated = np.zeros(n, np.int64)
     blocks = np.zeros(n, np.int64)
+    stats = np.zeros((n, N_REQ_STATS))
     running = np.empty(max_seqs, np.int64)
     n_run = 0
     # waiting queue: ring buffer of request ids (preempted ones are pushed at the front)
@@ -54,6 +88,21 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     w_len = 0
     next_arr = 0
     free_blocks = kv_blocks
+    # ---- block pool (lru mode only; sized 1 otherwise)
+    mb = 1
+    if lru:
+        for r in range(n):
+            mb = max(mb, (prompt_len[r] + gen_len[r] + block - 1) // block + 1)
+    n_pool = kv_blocks - 1 if lru else 0  # vLLM keeps one block as the null block
+    n_keys = ubase * mb if lru else 1  # shared contents; private keys lie above
+    nxt, prv, ref, bkey, dup, table, cnt = kv.new_pool(max(n_pool, 0), n_keys)
+    req_blk = np.empty((n if lru else 1, mb), np.int32)
+    n_cached = np.zeros(n, np.int64)  # blocks of r registered in the table
+    blocks_held_before = np.zeros(n, np.int64)  # blocks r held when last preempted
+    hit0 = np.zeros(n, np.int64)  # first-admission hit (tokens)
+    ideal0 = np.zeros(n, np.int64)  # always-hit equivalent of it
+    restarted = np.zeros(n, np.bool_)  # preempted at least once: its prefill is recompute
+    seen_p = np.zeros(ubase + 1, np.bool_)  # content ids whose blocks were computed before
     comp = np.zeros(N_COMPONENTS)
     new_tok = np.zeros(max_seqs, np.int64)
     rec_n = max_steps if record else 1
@@ -86,24 +135,46 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 i += 1
                 continue
             need = (computed[r] + want + block - 1) // block - blocks[r]
-            while need > free_blocks and n_run - 1 > i:
-                # preempt the last running request
+            avail = cnt[kv.FREE] if lru else free_blocks
+            while need > avail and n_run - 1 > i:
+                # preempt the last running request: its blocks are freed (cached ones stay cached)
                 v = running[n_run - 1]
-                free_blocks += blocks[v]
+                if lru:
+                    blocks_held_before[v] = blocks[v]
+                    kv.release_row(nxt, prv, ref, cnt, req_blk, v, blocks[v])
+                    n_cached[v] = 0
+                    avail = cnt[kv.FREE]
+                else:
+                    free_blocks += blocks[v]
+                    avail = free_blocks
                 blocks[v] = 0
                 computed[v] = 0
                 target[v] = prompt_len[v] + generated[v]
+                restarted[v] = True
+                stats[v, PREEMPTIONS] += 1.0
                 w_head = (w_head - 1 + cap) % cap
                 wq[w_head] = v
                 w_len += 1
                 n_run -= 1
                 n_preempt += 1
-            if need > free_blocks:
+            if need > avail:
                 new_tok[i] = 0  # cannot grow even alone: wait for blocks
                 i += 1
                 continue
+            if lru:
+                if need > 0:
+                    e0 = cnt[kv.EVICTED]
+                    kv.allocate(nxt, prv, ref, bkey, dup, table, cnt, need, req_blk, r, blocks[r])
+                    stats[r, EVICTIONS] += cnt[kv.EVICTED] - e0
+                full = min(computed[r] + want, prompt_len[r] + generated[r]) // block
+                if full > n_cached[r]:  # blocks that became full get their hashes
+                    kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
+                                    grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
+                    n_cached[r] = full
+                    _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
+            else:
+                free_blocks -= need
             blocks[r] += need
-            free_blocks -= need
             new_tok[i] = want
             budget -= want
             i += 1
@@ -111,17 +182,74 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
         while w_len > 0 and n_run < max_seqs and budget > 0:
             r = wq[w_head]
             start = 0
-            if generated[r] == 0 and cached_len[r] > 0:
+            n_hit = 0
+            evictable = 0
+            if lru:
+                # longest chain of full blocks still cached, at most num_tokens - 1 tokens
+                # (written out here, not called: this runs every step a request waits, and a call
+                # with array arguments costs atomic reference counting in numba)
+                max_hit = (prompt_len[r] + generated[r] - 1) // block
+                while n_hit < max_hit:
+                    k = kv.chain_key(n_hit, block, n_sys[r], grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
+                    if k < n_keys:
+                        b = table[0, k]
+                    elif n_hit < blocks_held_before[r] and bkey[req_blk[r, n_hit]] == k:
+                        b = req_blk[r, n_hit]  # its own block from before its preemption
+                    else:
+                        b = -1
+                    if b < 0:
+                        break
+                    req_blk[r, n_hit] = b
+                    if ref[b] == 0:
+                        evictable += 1
+                    n_hit += 1
+                start = n_hit * block
+            elif generated[r] == 0 and cached_len[r] > 0:
                 start = cached_len[r]
             want = min(target[r] - start, budget)
             need = (start + want + block - 1) // block
-            if need > free_blocks:
+            if lru:
+                need = need - n_hit + evictable
+                if need > cnt[kv.FREE]:
+                    break
+            elif need > free_blocks:
                 break
             w_head = (w_head + 1) % cap
             w_len -= 1
             computed[r] = start
-            blocks[r] = need
-            free_blocks -= need
+            if lru:
+                kv.touch_row(nxt, prv, ref, cnt, req_blk, r, n_hit)
+                n_new = need - evictable
+                if n_new > 0:
+                    e0 = cnt[kv.EVICTED]
+                    kv.allocate(nxt, prv, ref, bkey, dup, table, cnt, n_new, req_blk, r, n_hit)
+                    stats[r, EVICTIONS] += cnt[kv.EVICTED] - e0
+                blocks[r] = n_hit + n_new
+                n_cached[r] = n_hit
+                full = min(start + want, prompt_len[r] + generated[r]) // block
+                kv.register_row(bkey, dup, table, req_blk, r, n_hit, full, block, n_sys[r],
+                                grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
+                n_cached[r] = max(n_hit, full)
+                if restarted[r]:
+                    stats[r, RESTART_HIT] += start
+                else:
+                    # what "a prompt seen before is always cached" would have given
+                    ideal = 0
+                    if prm_c[r] >= 0 and seen_p[prm_c[r]]:
+                        ideal = ((prompt_len[r] - 1) // block) * block
+                    elif grp_c[r] >= 0 and seen_p[grp_c[r]]:
+                        ideal = min(n_sys[r], (prompt_len[r] - 1) // block) * block
+                    hit0[r] = start
+                    ideal0[r] = max(ideal, start)
+                    stats[r, HIT] = start
+                    stats[r, IDEAL_HIT] = ideal0[r]
+                _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
+            else:
+                blocks[r] = need
+                free_blocks -= need
+                if generated[r] == 0 and not restarted[r]:
+                    stats[r, HIT] = start
+                    stats[r, IDEAL_HIT] = start
             running[n_run] = r
             new_tok[n_run] = want
             n_run += 1
@@ -132,18 +260,32 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
         n_p = 0.0
         n_d = 0.0
         K = 0.0
+        K_dec = 0.0
+        P_rec = 0.0  # prefill tokens recomputed because their cached blocks were evicted
+        P_pre = 0.0  # prefill tokens recomputed after a preemption
         for j in range(n_run):
             r = running[j]
             if new_tok[j] == 0:
                 K += blocks[r] * block
+                K_dec += blocks[r] * block
                 continue
+            kr = ((computed[r] + new_tok[j] + block - 1) // block) * block
             if computed[r] < prompt_len[r]:
                 P += new_tok[j]
                 n_p += 1.0
+                if breakdown:
+                    if restarted[r]:
+                        P_pre += new_tok[j]
+                    else:
+                        lo = max(computed[r], hit0[r])
+                        hi = min(computed[r] + new_tok[j], ideal0[r])
+                        if hi > lo:
+                            P_rec += hi - lo
             else:
                 D += new_tok[j]
                 n_d += 1.0
-            K += ((computed[r] + new_tok[j] + block - 1) // block) * block
+                K_dec += kr
+            K += kr
         if P + D == 0.0:
             # nothing schedulable (KV exhausted by a lone request): wait for the next arrival
             if next_arr < n:
@@ -156,6 +298,30 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
         if not (dt >= 1.0) or not np.isfinite(dt):
             status = 1
             break
+        if breakdown and D > 0.0:
+            base = dt
+            if P > 0.0:
+                fill_components(model, 0.0, D, 0.0, n_d, float(n_run) - n_p, K_dec, comp)
+                base = predict(comp, consts)
+            extra = dt - base
+            f_rec = P_rec / P if P > 0.0 else 0.0
+            f_pre = P_pre / P if P > 0.0 else 0.0
+            for j in range(n_run):
+                r = running[j]
+                if new_tok[j] == 0 or generated[r] == 0 or computed[r] < prompt_len[r]:
+                    continue
+                if computed[r] + new_tok[j] < target[r]:
+                    stats[r, T_PREEMPT] += dt  # re-prefilling its own generated tokens
+                    continue
+                stats[r, T_DECODE] += base
+                stats[r, T_PREFILL] += extra * (1.0 - f_rec - f_pre)
+                stats[r, T_RECOMPUTE] += extra * f_rec
+                stats[r, T_PREEMPT] += extra * f_pre
+        if breakdown:
+            for j in range(n_run):
+                r = running[j]
+                if new_tok[j] > 0 and generated[r] > 0 and computed[r] < prompt_len[r]:
+                    stats[r, T_PREEMPT] += dt  # re-prefilling its prompt after a preemption
         if record and n_steps < rec_n:
             rec[n_steps, 0] = P
             rec[n_steps, 1] = D
@@ -184,7 +350,10 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                         first_us[r] = t - arrival_us[r]
                     if generated[r] >= gen_len[r]:
                         done_us[r] = t - arrival_us[r]
-                        free_blocks += blocks[r]
+                        if lru:
+                            kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
+                        else:
+                            free_blocks += blocks[r]
                         blocks[r] = 0
                         finished += 1
                         keep = False
@@ -195,7 +364,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 k += 1
             j += 1
         n_run = k
-    return status, first_us, done_us, n_steps, n_preempt, rec[:n_steps] if record else rec[:0]
+    return status, first_us, done_us, n_steps, n_preempt, rec[:n_steps] if record else rec[:0], stats
 
 
 @dataclass
@@ -203,11 +372,14 @@ class Workload:
     """One experiment's request stream as the simulator consumes it."""
     arrival_us: np.ndarray  # float64, sorted
     prompt_len: np.ndarray  # int64
-    cached_len: np.ndarray  # int64: prompt tokens served from the prefix cache
+    cached_len: np.ndarray  # int64: prompt tokens served from the prefix cache (always-hit mode)
     gen_len: np.ndarray  # int64: tokens generated (>= 1)
     stage: np.ndarray  # int64 load-stage index per request
     measured_e2e_s: np.ndarray | None = None
     measured_ttft_s: np.ndarray | None = None
+    prompt_id: np.ndarray | None = None  # int64 prompt-pool slot per request (-1 = unique prompt)
+    group_id: np.ndarray | None = None  # int64 system-prompt group per request (-1 = none)
+    system_prompt_len: int = 0  # tokens of the group's shared system prompt
 
 
 @dataclass
@@ -218,20 +390,114 @@ class SimResult:
     n_steps: int
     n_preempted: int
     states: np.ndarray  # recorded steps (P, D, n_prefill, n_decode, B, K, t) if requested
+    req_stats: np.ndarray = field(default_factory=lambda: np.zeros((0, N_REQ_STATS)))  # see HIT..
+    prefix_cache: str = "always-hit"  # the mode that ran
+    breakdown: bool = False  # whether the T_* columns were filled
 
     @property
     def ok(self) -> bool:
         return self.status == OK
 
+    @property
+    def n_evictions(self) -> int:
+        return int(self.req_stats[:, EVICTIONS].sum()) if len(self.req_stats) else 0
+
+
+def _content_ids(wl: Workload, block: int):
+    """Per request: key of its system-prompt blocks, of its other prompt blocks, and how many
+    system-prompt blocks it has; contents are numbered groups first, then prompts."""
+    n = len(wl.arrival_us)
+    pid = np.full(n, -1, np.int64) if wl.prompt_id is None else np.asarray(wl.prompt_id, np.int64)
+    gid = np.full(n, -1, np.int64) if wl.group_id is None else np.asarray(wl.group_id, np.int64)
+    n_groups = int(gid.max()) + 1 if n and gid.max() >= 0 else 0
+    n_prompts = int(pid.max()) + 1 if n and pid.max() >= 0 else 0
+    grp_c = np.where(gid >= 0, gid, -1).astype(np.int64)
+    prm_c = np.where(pid >= 0, n_groups + pid, -1).astype(np.int64)
+    n_sys = np.where(gid >= 0, int(wl.system_prompt_len) // block, 0).astype(np.int64)
+    return n_sys, grp_c, prm_c, n_groups + n_prompts
+
 
 def simulate(predict, consts, model_vec, wl: Workload, kv_blocks: int, max_seqs: int = 128,
              max_tokens: int = 2048, block: int = 16, max_steps: int = 5_000_000,
-             record: bool = False) -> SimResult:
-    """Run one experiment; `predict` is a numba function of signature PREDICTOR_TYPE."""
+             record: bool = False, prefix_cache: str = "auto", breakdown: bool = False) -> SimResult:
+    """Run one experiment; `predict` is a numba function of signature PREDICTOR_TYPE.
+
+    prefix_cache: "lru" (vLLM's block pool), "always-hit" (the workload's cached_len), or
+    "auto" = lru when the workload carries prompt identity, else always-hit. breakdown=True
+    fills the per-request time attribution read by `time_breakdown_by_stage`.
+    """
+    if prefix_cache not in PREFIX_MODES:
+        raise ValueError(f"prefix_cache must be one of {PREFIX_MODES}, not {prefix_cache!r}")
+    lru = prefix_cache == "lru" or (prefix_cache == "auto" and wl.prompt_id is not None)
     f8 = lambda a: np.require(a, np.float64, ["C", "W"])  # noqa: E731
     i8 = lambda a: np.require(a, np.int64, ["C", "W"])  # noqa: E731
-    status, first, done, n_steps, n_pre, rec = _simulate(
+    n_sys, grp_c, prm_c, ubase = _content_ids(wl, int(block))
+    status, first, done, n_steps, n_pre, rec, stats = _simulate(
         predict, f8(consts), f8(model_vec), f8(wl.arrival_us), i8(wl.prompt_len), i8(wl.cached_len),
         i8(wl.gen_len), int(kv_blocks), int(max_seqs), int(max_tokens),
-        int(block), int(max_steps), bool(record))
-    return SimResult(int(status), first, done, int(n_steps), int(n_pre), rec)
+        int(block), int(max_steps), bool(record),
+        bool(lru), i8(n_sys), i8(grp_c), i8(prm_c), int(ubase), bool(breakdown))
+    return SimResult(int(status), first, done, int(n_steps), int(n_pre), rec, stats,
+                     "lru" if lru else "always-hit", bool(breakdown))
+
+
+def _stage_groups(result: SimResult, wl: Workload, mask):
+    keep = np.ones(len(wl.stage), bool) if mask is None else np.asarray(mask, bool)
+    for s in np.unique(wl.stage):
+        yield int(s), keep & (wl.stage == s)
+
+
+def cache_stats_by_stage(result: SimResult, wl: Workload, mask=None) -> list[dict]:
+    """Per load stage: prompt tokens, tokens served from the prefix cache when each request was
+    first scheduled, hit rate, what always-hit would have served, evictions and preemptions
+    (attributed to the request that caused / suffered them). `mask` restricts the requests."""
+    out = []
+    st = result.req_stats
+    for s, m in _stage_groups(result, wl, mask):
+        prompt = float(wl.prompt_len[m].sum())
+        hit = float(st[m, HIT].sum())
+        ideal = float(st[m, IDEAL_HIT].sum())
+        out.append({
+            "stage": s, "requests": int(m.sum()), "prompt_tokens": int(prompt),
+            "cached_tokens": int(hit), "hit_rate": hit / prompt if prompt else None,
+            "always_hit_tokens": int(ideal), "always_hit_rate": ideal / prompt if prompt else None,
+            "recomputed_tokens": int(ideal - hit),
+            "restart_cached_tokens": int(st[m, RESTART_HIT].sum()),
+            "evictions": int(st[m, EVICTIONS].sum()), "preemptions": int(st[m, PREEMPTIONS].sum()),
+            "mode": result.prefix_cache,
+        })
+    return out
+
+
+BREAKDOWN_PARTS = ("decode", "prefill", "recompute", "preempt", "queue")
+
+
+def time_breakdown_by_stage(result: SimResult, wl: Workload, mask=None) -> list[dict]:
+    """Per load stage: the simulated time per output token, sum(e2e - ttft) / sum(N - 1), split
+    into what the requests' decode phases were spent on (seconds per output token):
+      decode    - the decode-only cost of the steps they decoded in (the same step predicted
+                  without its prefill chunks; the whole step when it had none);
+      prefill   - the rest of those steps, for fresh prefill chunks riding along;
+      recompute - the same, for prompt tokens recomputed because their cached blocks were evicted;
+      preempt   - the same, for preempted requests' recompute, plus the steps in which a request
+                  re-prefilled its own context after being preempted;
+      queue     - the remainder: steps in which the request was not scheduled (preempted and
+                  waiting, or stalled for blocks).
+    The parts sum to per_token_s. Needs simulate(..., breakdown=True)."""
+    if not result.breakdown:
+        raise ValueError("time_breakdown_by_stage needs simulate(..., breakdown=True)")
+    st = result.req_stats
+    out = []
+    for s, m in _stage_groups(result, wl, mask):
+        m = m & (wl.gen_len >= 2) & (result.e2e_us >= 0)
+        tokens = float((wl.gen_len[m] - 1).sum())
+        span = float((result.e2e_us[m] - result.ttft_us[m]).sum())
+        parts = {"decode": st[m, T_DECODE].sum(), "prefill": st[m, T_PREFILL].sum(),
+                 "recompute": st[m, T_RECOMPUTE].sum(), "preempt": st[m, T_PREEMPT].sum()}
+        parts["queue"] = span - sum(parts.values())
+        row = {"stage": s, "requests": int(m.sum()), "output_tokens": int(tokens),
+               "per_token_s": span / tokens / 1e6 if tokens else None}
+        for k in BREAKDOWN_PARTS:
+            row[f"{k}_s"] = float(parts[k]) / tokens / 1e6 if tokens else None
+        out.append(row)
+    return out

@@ -5,14 +5,23 @@ Trace replay uses the measured arrivals and prompt lengths. Generated lengths fo
 counts. Workload spec draws Poisson arrivals per load stage from a seeded generator (the
 arrival process measured in the single-rate runs has CV 1.00) with the stage's mean lengths.
 Prefix caching: inference-perf (the build used) cycles through a fixed pool of
-groups x prompts full prompts (request n gets prompt n % pool), so a request after the first
-pass finds its whole prompt cached (full 16-token blocks; the last token is recomputed), and in
-the first pass every request after the first of its group finds the system prompt cached.
-Cache eviction under KV pressure is not modelled.
+groups x prompts full prompts: request n gets prompt n % pool (`prompt_identity`). The
+simulator's block pool works out which of them are still cached (`simulator.py`, "lru").
+`cached_len` keeps the older always-hit rule for comparison: a request after the first pass
+finds its whole prompt cached (full 16-token blocks; the last token is recomputed), and in the
+first pass every request after the first of its group finds the system prompt cached.
+
+Which group a pool slot belongs to: inference-perf's shared_prefix generator builds the prompts
+group by group and then shuffles the list with an unseeded `random.shuffle`
+(kubernetes-sigs/inference-perf, inference_perf/datagen/shared_prefix_datagen.py), so the
+slot -> group map of a run cannot be recovered. We use a fixed permutation (seed 0) of the
+group-major order; it only decides which first-pass requests share a system prompt. A
+`prefix_group` column with values overrides it.
 """
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from evaluator.data import Experiment, GroundTruth, stage_of
 from evaluator.simulator import Workload
@@ -28,8 +37,37 @@ def _cached(exp: Experiment, prompt: np.ndarray) -> np.ndarray:
     return np.minimum(cached, prompt - 1).astype(np.int64)
 
 
+GROUP_ORDER_SEED = 0
+
+
+def prompt_identity(exp: Experiment, request_index: np.ndarray,
+                    prefix_group: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt id, group id) per request: prompt n % pool; the group of a pool slot from the
+    shuffled group-major order (module docstring) unless `prefix_group` names it."""
+    pool = max(1, exp.prompt_pool)
+    groups = max(1, min(exp.num_groups, pool))
+    pid = np.asarray(request_index, np.int64) % pool
+    slot_group = np.random.default_rng(GROUP_ORDER_SEED).permutation(pool) * groups // pool
+    gid = slot_group[pid].astype(np.int64)
+    if prefix_group is not None:
+        pg = pd.Series(prefix_group).fillna("").astype(str).str.strip()
+        named = (pg != "").to_numpy()
+        if named.any():
+            codes, _ = pd.factorize(pg[named], sort=True)
+            gid = gid.copy()
+            gid[named] = codes
+    return pid, gid
+
+
 def trace_workload(exp: Experiment, gt: GroundTruth) -> Workload:
-    req = gt.requests[(gt.requests["experiment_id"] == exp.id) & ~gt.requests["has_error"]]
+    every = gt.requests[gt.requests["experiment_id"] == exp.id]
+    # prompt identity counts every request sent, failed ones included
+    index = (every["request_index"].to_numpy(np.int64) if "request_index" in every.columns
+             else np.arange(len(every), dtype=np.int64))
+    ok = ~every["has_error"].to_numpy(bool)
+    group_col = every["prefix_group"].to_numpy() if "prefix_group" in every.columns else None
+    pid, gid = prompt_identity(exp, index, group_col)
+    req = every[ok]
     arr = req["arrival_time_us"].to_numpy(np.float64)
     prompt = req["input_tokens"].to_numpy(np.int64)
     if exp.generated_len:
@@ -38,7 +76,8 @@ def trace_workload(exp: Experiment, gt: GroundTruth) -> Workload:
         gen = np.maximum(req["output_tokens"].to_numpy(np.int64), 1)
     cached = _cached(exp, prompt)
     return Workload(arr, prompt, cached, gen, stage_of(exp, arr / 1e6).astype(np.int64),
-                    req["e2e_s"].to_numpy(np.float64), req["ttft_s"].to_numpy(np.float64))
+                    req["e2e_s"].to_numpy(np.float64), req["ttft_s"].to_numpy(np.float64),
+                    pid[ok], gid[ok], exp.system_prompt_len)
 
 
 def spec_workload(exp: Experiment, seed: int = 0) -> Workload:
@@ -56,8 +95,10 @@ def spec_workload(exp: Experiment, seed: int = 0) -> Workload:
         stages.append(np.full(len(t), s.index, np.int64))
     arr = np.concatenate(arrs)
     prompt = np.concatenate(prompts)
+    pid, gid = prompt_identity(exp, np.arange(len(arr)))
     return Workload(arr, prompt, _cached(exp, prompt),
-                    np.concatenate(gens), np.concatenate(stages))
+                    np.concatenate(gens), np.concatenate(stages), prompt_id=pid, group_id=gid,
+                    system_prompt_len=exp.system_prompt_len)
 
 
 def build_workload(exp: Experiment, gt: GroundTruth, seed: int = 0) -> Workload:
