@@ -1,0 +1,252 @@
+"""Measured components: a step's time from vLLM's own measured kernels, per part, no fitted constant.
+
+`fill_measured(tables_flat, P, D, n_prefill, n_decode, B, K, out)` is the twin of
+`evaluator.components.fill_components`: same aggregates in, times in microseconds out, one
+numba function for real step rows, the simulator and (line by line) the Go code. It reads the
+per-model flat array built by `evaluator.kernels.reduce_for_model`. Plain loops, binary search
+and linear interpolation only, so the Go port is mechanical.
+
+Definitions (L layers, T = P + D tokens; every table value is per layer and per call):
+  t_gemm_measured          L * gemm_layer(T) + lm_head(n_prefill + D)
+                           (QKV, O, gate-up, down at the per-GPU shapes; MoE models: QKV, O,
+                           router; the LM head computes logits for the sampled rows only)
+  t_decode_attn_measured   L * decode_attn(batch = D, mean context = K / D). K counts every
+                           running request's KV tokens, this step's included, so prefill
+                           requests' tokens are charged as if the decoders read them (at most a
+                           2,048-token chunk plus cached prefixes: a few % of K here). Any split
+                           of K between decoders and prefills would make the component fall as
+                           P or B rises at the same K (docs/architecture.md, fact 10 wants P, D, K, B each
+                           non-decreasing). Decode-only steps: exactly the mean context.
+                           Non-decreasing in K, and in D at a fixed mean context; NOT always in
+                           D at a fixed K: the measured kernel is faster when the same KV is
+                           spread over more requests (70b/TP4: 32 x 1,024 tokens 20.4 us,
+                           64 x 512 tokens 17.9 us). A monotone re-grid by (batch, total KV)
+                           was tried and misses measured points by up to 40%, so it was dropped.
+  t_prefill_attn_measured  L * prefill_attn(batch = n_prefill, length = P / n_prefill):
+                           chunks attend causally to themselves; the aggregates do not say how
+                           much earlier context a chunk has, so none is charged (as in the
+                           peak-speed t_prefill_attn). vLLM runs decode and prefill attention in
+                           one varlen call; charging two calls costs one launch (~10 us) extra.
+  t_allreduce_measured     L * 2 * allreduce(T); CUDA-graph table up to 512 tokens, eager above
+                           (vLLM V1 captures graphs up to 512 tokens); 0 at TP 1
+  t_moe_measured           L * fused_moe(T) (balanced routing); 0 for dense models
+  t_step_measured          the sum: GPU time of the forward pass. The real step cycle adds
+                           CPU scheduling, sampling, detokenization and launch gaps.
+Interpolation: piecewise linear on repaired (non-decreasing) knots, hence monotone; below the
+first knot the first value (a kernel's fixed cost); beyond the last batch/token knot in
+proportion (work splits into calls of the largest measured size); beyond the last context knot
+along the last segment. Every value is then raised to the roofline (FLOPs at peak, bytes at HBM
+or NVLink bandwidth), so no component is ever faster than the hardware.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from evaluator import kernels as kt
+from evaluator.components import COMPONENTS, fill_components
+from evaluator.data import DataError, GroundTruth
+
+MEASURED_COMPONENTS: tuple[str, ...] = (
+    "t_gemm_measured",
+    "t_decode_attn_measured",
+    "t_prefill_attn_measured",
+    "t_allreduce_measured",
+    "t_moe_measured",
+    "t_step_measured",
+)
+N_MEASURED = len(MEASURED_COMPONENTS)
+MEASURED_INDEX = {name: i for i, name in enumerate(MEASURED_COMPONENTS)}
+
+MEASURED_DOCS = {
+    "t_gemm_measured": "GEMM time (us) from vLLM's measured bf16 GEMMs: QKV, O, MLP (router for MoE) "
+                       "of every layer at T = P + D tokens, plus the LM head for the sampled rows",
+    "t_decode_attn_measured": "decode attention time (us) from vLLM's measured paged FlashAttention: "
+                              "batch D at mean context (K - P) / D, every layer",
+    "t_prefill_attn_measured": "prefill attention time (us) from measured FlashAttention: n_prefill "
+                               "chunks of P / n_prefill tokens attending to themselves, every layer",
+    "t_allreduce_measured": "TP all-reduce time (us) from vLLM's measured custom all-reduce: 2 per "
+                            "layer of T tokens; 0 at TP 1",
+    "t_moe_measured": "MoE expert time (us) from vLLM's measured fused MoE at T tokens; 0 for dense models",
+    "t_step_measured": "sum of the measured components: GPU time of the step, no fitted constant",
+}
+
+MAX_MODEL_LEN = 4096  # every experiment here; exp-config.yaml max_model_len
+GRID_CHUNKS = (0, 512, 2048)
+
+
+@numba.njit(cache=True)
+def decode_attn_us(flat, batch, ctx):
+    """One layer's decode attention (us) for `batch` requests of mean context `ctx`."""
+    t = kt.lin2(flat, int(flat[kt.H_OFF_DEC]), batch, ctx)
+    floor = max(batch * ctx * flat[kt.H_KV_BYTES_TOK] / flat[kt.H_BW],
+                batch * ctx * flat[kt.H_DEC_FLOP_TOK] / flat[kt.H_PEAK]) * 1e6
+    return max(t, floor)
+
+
+@numba.njit(cache=True)
+def prefill_attn_us(flat, n_chunks, chunk):
+    """One layer's prefill attention (us): n_chunks causal chunks of `chunk` tokens each."""
+    t = kt.lin2(flat, int(flat[kt.H_OFF_PRE]), n_chunks, chunk)
+    floor = flat[kt.H_PRE_FLOP] * n_chunks * chunk * chunk * 0.5 / flat[kt.H_PEAK] * 1e6
+    return max(t, floor)
+
+
+@numba.njit(cache=True)
+def fill_measured(tables_flat, P, D, n_prefill, n_decode, B, K, out):
+    """Write the measured components of one step (us) into `out` (length N_MEASURED)."""
+    f = tables_flat
+    L = f[kt.H_LAYERS]
+    peak = f[kt.H_PEAK]
+    bw = f[kt.H_BW]
+    us = 1e6
+    T = P + D
+    gemm = 0.0
+    allreduce = 0.0
+    moe = 0.0
+    if T > 0.0:
+        g = kt.lin1(f, int(f[kt.H_OFF_GEMM]), T)
+        g = max(g, max(f[kt.H_GEMM_FLOP_TOK] * T / peak, f[kt.H_GEMM_BYTES] / bw) * us)
+        gemm = L * g
+        if f[kt.H_OFF_AR_GRAPH] >= 0.0:
+            if T <= f[kt.H_GRAPH_MAX]:
+                a = kt.lin1(f, int(f[kt.H_OFF_AR_GRAPH]), T)
+            else:
+                a = kt.lin1(f, int(f[kt.H_OFF_AR_EAGER]), T)
+            a = max(a, T * f[kt.H_AR_BYTES_TOK] * f[kt.H_AR_RING] / f[kt.H_NVLINK] * us)
+            allreduce = L * f[kt.H_AR_PER_LAYER] * a
+        if f[kt.H_OFF_MOE] >= 0.0:
+            m = kt.lin1(f, int(f[kt.H_OFF_MOE]), T)
+            m = max(m, max(f[kt.H_MOE_FLOP_TOK] * T / peak, f[kt.H_MOE_BYTES] / bw) * us)
+            moe = L * m
+    rows = n_prefill + D
+    if rows > 0.0:
+        lm = kt.lin1(f, int(f[kt.H_OFF_LM]), rows)
+        gemm += max(lm, max(f[kt.H_LM_FLOP_TOK] * rows / peak, f[kt.H_LM_BYTES] / bw) * us)
+    dec = 0.0
+    if D > 0.0:
+        dec = L * decode_attn_us(f, D, max(K / D, 1.0))
+    pre = 0.0
+    if P > 0.0 and n_prefill > 0.0:
+        pre = L * prefill_attn_us(f, n_prefill, P / n_prefill)
+    out[0] = gemm
+    out[1] = dec
+    out[2] = pre
+    out[3] = allreduce
+    out[4] = moe
+    out[5] = gemm + dec + pre + allreduce + moe
+
+
+@numba.njit(cache=True)
+def measured_matrix(tables_flat, P, D, n_prefill, n_decode, B, K):
+    """Measured components for many steps of one model at once."""
+    n = P.shape[0]
+    out = np.empty((n, N_MEASURED))
+    for i in range(n):
+        fill_measured(tables_flat, P[i], D[i], n_prefill[i], n_decode[i], B[i], K[i], out[i])
+    return out
+
+
+# ---------------------------------------------------------------- ground truth helpers
+
+def kernel_tables_for(gt: GroundTruth) -> kt.KernelTables:
+    """The kernel tables beside a ground-truth directory (the embedded default has none)."""
+    if gt.source == "embedded":
+        raise DataError("measured components need kernel tables: pass --data DIR with kernels/")
+    return kt.read_kernel_tables(gt.source)
+
+
+def model_reductions(gt: GroundTruth, tables: kt.KernelTables | None = None) -> dict[str, kt.Reduction]:
+    """One reduction per model (each model runs at one TP here; TP is part of the key if not)."""
+    tables = tables or kernel_tables_for(gt)
+    out: dict[str, kt.Reduction] = {}
+    tps = {}
+    for e in gt.experiments:
+        tps.setdefault(e.model, set()).add(e.tp)
+    for e in gt.experiments:
+        key = e.model if len(tps[e.model]) == 1 else f"{e.model}@tp{e.tp}"
+        if key not in out:
+            out[key] = kt.reduce_model(tables, e.arch, e.tp, gt.hardware)
+    return out
+
+
+def step_aggregates(steps) -> tuple[np.ndarray, ...]:
+    """(P, D, n_prefill, n_decode, B, K) from step rows, as evaluator.step_scoring derives them."""
+    f = lambda c: steps[c].to_numpy(np.float64)  # noqa: E731
+    K = (f("kv_blocks_total_gpu") - f("kv_blocks_free_gpu")) * 16.0
+    return (f("prefill_tokens"), f("decode_tokens"), f("num_prefill_reqs"), f("num_decode_reqs"),
+            f("running_depth"), K)
+
+
+def mha_decode_ratio(tables: kt.KernelTables, flat: np.ndarray, nq_all: int, nkv_all: int, hd: int, tp: int,
+                     min_batch: int = 1, min_ctx: int = 1) -> np.ndarray:
+    """mha/ micro-benchmark latency / this reduction's decode attention, per measured mha row."""
+    df = tables.mha_decode.get((nq_all, nkv_all, hd, tp))
+    if df is None:
+        return np.empty(0)
+    d = df[(df["batch_size"] >= min_batch) & (df["kv_len"] >= min_ctx)]
+    pred = np.array([decode_attn_us(flat, float(b), float(c)) for b, c in zip(d["batch_size"], d["kv_len"])])
+    return d["latency_us"].to_numpy() / pred
+
+
+def component_grid(gt: GroundTruth, model: str, tables: kt.KernelTables | None = None,
+                   max_model_len: int = MAX_MODEL_LEN) -> list[dict]:
+    """Peak-speed and measured components on a grid of batch states, with the measured step
+    cycles nearest each grid point (for `evolve components`): decodes up to max_num_seqs,
+    contexts up to max_model_len, prefill chunks up to 2,048 (one request's chunk)."""
+    exps = [e for e in gt.experiments if e.model == model]
+    if not exps:
+        raise DataError(f"model {model!r} not in the ground truth (have {', '.join(gt.models)})")
+    e = exps[0]
+    red = kt.reduce_model(tables or kernel_tables_for(gt), e.arch, e.tp, gt.hardware)
+    mv = e.model_vec(gt.hardware)
+    max_seqs = max(x.max_num_seqs for x in exps)
+    decodes = sorted({1, 8, 32, max_seqs // 2, max_seqs})
+    contexts = sorted({128, 512, 1024, max_model_len // 2, max_model_len})
+    chunks = [c for c in GRID_CHUNKS if c <= max(x.max_batched_tokens for x in exps)]
+    pts = [(d, c, p) for p in chunks for d in decodes for c in contexts]
+    near = _nearest_cycles(gt, model, pts)
+    peak = np.empty(len(COMPONENTS))
+    meas = np.empty(N_MEASURED)
+    rows = []
+    for i, (d, c, p) in enumerate(pts):
+        n_p = 1.0 if p else 0.0
+        K = float(d * c + p)
+        fill_components(mv, float(p), float(d), n_p, float(d), d + n_p, K, peak)
+        fill_measured(red.flat, float(p), float(d), n_p, float(d), d + n_p, K, meas)
+        row = {"decodes": d, "context": c, "prefill_chunk": p}
+        row.update({k: float(v) for k, v in zip(COMPONENTS, peak) if k.startswith("t_")})
+        row.update({k: float(v) for k, v in zip(MEASURED_COMPONENTS, meas)})
+        cyc = near.get(i, [])
+        row["measured_cycle_n"] = len(cyc)
+        row["measured_cycle_median_us"] = float(np.median(cyc)) if cyc else None
+        rows.append(row)
+    return rows
+
+
+def _nearest_cycles(gt: GroundTruth, model: str, pts: list[tuple[int, int, int]]) -> dict[int, list[float]]:
+    """Real step cycles (next_step_start_delta_us) assigned to their nearest grid point: same
+    prefill chunk bucket, then nearest in log(decodes) and log(context)."""
+    if gt.steps is None:
+        return {}
+    s = gt.steps[(gt.steps["model_key"] == model) & gt.steps["next_step_start_delta_us"].notna()]
+    if s.empty:
+        return {}
+    P, D, _, _, _, K = step_aggregates(s)
+    cyc = s["next_step_start_delta_us"].to_numpy(np.float64)
+    grid = np.array(pts, np.float64)
+    chunks = np.unique(grid[:, 2])
+    out: dict[int, list[float]] = {}
+    for i in range(len(s)):
+        if D[i] <= 0:
+            continue
+        ctx = max(K[i] / D[i], 1.0)
+        pb = chunks[np.argmin(np.abs(chunks - P[i]))]
+        cand = np.flatnonzero(grid[:, 2] == pb)
+        dist = np.abs(np.log(grid[cand, 0] / D[i])) + np.abs(np.log(grid[cand, 1] / ctx))
+        j = int(cand[np.argmin(dist)])
+        if math.isfinite(cyc[i]):
+            out.setdefault(j, []).append(float(cyc[i]))
+    return out
