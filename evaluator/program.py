@@ -519,7 +519,7 @@ def collapse_conditional(program: Program, index: int, keep_body: bool) -> Progr
     dead-branch simplification before Go emission (go_emit) need it."""
     tree = parse_source(program.source)
     func = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
-    _normalize_calls(func)
+    normalize_calls(func)
     conds = [n for n in ast.walk(func) if isinstance(n, (ast.If, ast.IfExp))]
     if not 0 <= index < len(conds):
         raise IndexError(f"program has {len(conds)} conditionals, no #{index}")
@@ -552,8 +552,8 @@ def render_function(func: ast.FunctionDef, params: list[str], constants: dict[st
     """Program source for an edited function AST: unreachable statements and dead locals
     dropped, parameters = the components read (earlier order kept, new ones in COMPONENTS
     order), only the constants still read. None if no component is read any more."""
-    _truncate_unreachable(func.body)
-    _drop_dead_code(func)
+    truncate_unreachable(func.body)
+    drop_dead_code(func)
     used = loaded_names(func)
     comps = [n for n in used if n in COMPONENT_INDEX]
     if not comps:
@@ -582,7 +582,7 @@ def loaded_names(node: ast.AST) -> list[str]:
     return list(seen)
 
 
-def _normalize_calls(func: ast.FunctionDef) -> None:
+def normalize_calls(func: ast.FunctionDef) -> None:
     """math.sqrt(x) -> sqrt(x), math.fabs(x) -> abs(x)."""
     for n in ast.walk(func):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
@@ -600,17 +600,17 @@ def _statement_returns(st: ast.stmt) -> bool:
     return False
 
 
-def _truncate_unreachable(block: list[ast.stmt]) -> None:
+def truncate_unreachable(block: list[ast.stmt]) -> None:
     for i, st in enumerate(block):
         if isinstance(st, ast.If):
-            _truncate_unreachable(st.body)
-            _truncate_unreachable(st.orelse)
+            truncate_unreachable(st.body)
+            truncate_unreachable(st.orelse)
         if _statement_returns(st):
             del block[i + 1:]
             return
 
 
-def _drop_dead_code(func: ast.FunctionDef) -> None:
+def drop_dead_code(func: ast.FunctionDef) -> None:
     """Remove assignments to locals nobody reads and `if`s containing only such assignments."""
     while True:
         loaded = set(loaded_names(func))

@@ -40,7 +40,8 @@ from collections.abc import Sequence
 from evaluator.components import COMPONENT_INDEX, COMPONENTS
 from evaluator.objectives import Caps
 from evaluator.program import (ALLOWED_CALLS, FUNC_NAME, Program, ProgramError, call_name, collapse_conditional,
-                               parse_program, parse_source)
+                               drop_dead_code, loaded_names, normalize_calls, parse_program, parse_source,
+                               truncate_unreachable)
 
 __all__ = ["OPERATORS", "OPERATOR_WEIGHTS", "MutationError", "OfflineMutator", "collapse_conditional"]
 
@@ -191,17 +192,6 @@ def _blocks(func: ast.FunctionDef) -> list[list[ast.stmt]]:
     return out
 
 
-def _loaded_names(node: ast.AST) -> list[str]:
-    """Names read, without duplicates, in depth-first field order (deterministic)."""
-    seen: dict[str, None] = {}
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-            seen.setdefault(n.id, None)
-        stack.extend(reversed(list(ast.iter_child_nodes(n))))
-    return list(seen)
-
 
 def _rename(node: ast.AST, mapping: dict[str, str]) -> None:
     """Rename loaded names simultaneously (in place)."""
@@ -212,68 +202,6 @@ def _rename(node: ast.AST, mapping: dict[str, str]) -> None:
 
 def _is_docstring(st: ast.stmt) -> bool:
     return isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str)
-
-
-def _always_returns(st: ast.stmt) -> bool:
-    if isinstance(st, ast.Return):
-        return True
-    if isinstance(st, ast.If):
-        return bool(st.body) and bool(st.orelse) and _always_returns(st.body[-1]) and _always_returns(st.orelse[-1])
-    return False
-
-
-def _truncate_unreachable(block: list[ast.stmt]) -> None:
-    for i, st in enumerate(block):
-        if isinstance(st, ast.If):
-            _truncate_unreachable(st.body)
-            _truncate_unreachable(st.orelse)
-        if _always_returns(st):
-            del block[i + 1:]
-            return
-
-
-def _drop_dead_code(func: ast.FunctionDef) -> None:
-    """Remove assignments to locals nobody reads and `if`s containing only such assignments."""
-    while True:
-        loaded = set(_loaded_names(func))
-        changed = False
-
-        def dead(st) -> bool:
-            if isinstance(st, ast.Assign):
-                return st.targets[0].id not in loaded
-            if isinstance(st, ast.If):
-                return all(dead(s) for s in st.body) and all(dead(s) for s in st.orelse)
-            return False
-
-        def prune(block: list[ast.stmt]) -> list[ast.stmt]:
-            nonlocal changed
-            kept = []
-            for st in block:
-                if dead(st):
-                    continue
-                if isinstance(st, ast.If):
-                    st.body = prune(st.body)
-                    if st.orelse:
-                        st.orelse = prune(st.orelse)
-                kept.append(st)
-            if not kept and block:
-                return block[:1]  # keep the block non-empty; still valid as before
-            if len(kept) != len(block):
-                changed = True
-            return kept
-
-        func.body = prune(func.body)
-        if not changed:
-            return
-
-
-def _normalize_calls(func: ast.FunctionDef) -> None:
-    """math.sqrt(x) -> sqrt(x), math.fabs(x) -> abs(x)."""
-    for n in ast.walk(func):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
-            name = call_name(n)
-            if name is not None:
-                n.func = ast.Name(name, ast.Load())
 
 
 def _template(src: str, hole: ast.expr | None = None) -> ast.expr:
@@ -308,7 +236,7 @@ class _Work:
         self.consts: dict[str, float] = dict(prog.constants)
         self.func: ast.FunctionDef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
         self.params = list(prog.params)
-        _normalize_calls(self.func)
+        normalize_calls(self.func)
 
     def taken(self) -> set[str]:
         names = set(self.consts) | RESERVED
@@ -336,16 +264,16 @@ class _Work:
         return name
 
     def used_consts(self) -> list[str]:
-        used = set(_loaded_names(self.func))
+        used = set(loaded_names(self.func))
         return [c for c in self.consts if c in used]
 
     def conditionals(self) -> int:
         return sum(isinstance(n, (ast.If, ast.IfExp)) for n in ast.walk(self.func))
 
     def render(self) -> str:
-        _truncate_unreachable(self.func.body)
-        _drop_dead_code(self.func)
-        used = _loaded_names(self.func)
+        truncate_unreachable(self.func.body)
+        drop_dead_code(self.func)
+        used = loaded_names(self.func)
         comps = [n for n in used if n in COMPONENT_INDEX]
         if not comps:
             raise _Fail("no component left")
@@ -519,7 +447,7 @@ class OfflineMutator:
         slot = rng.choice(compound)
         node = slot.get()
         if rng.random() < 0.15:
-            inner = [c for c in _loaded_names(node) if c in work.consts]
+            inner = [c for c in loaded_names(node) if c in work.consts]
             name = rng.choice(inner) if inner else work.new_const("C", 1.0)
             slot.set(ast.Name(name, ast.Load()))
         else:
@@ -530,7 +458,7 @@ class OfflineMutator:
     def _rename_copy(self, work: _Work, node_or_stmts, budget: int) -> bool:
         """Give constants in the copy their own names, as many as `budget` allows."""
         holder = node_or_stmts if isinstance(node_or_stmts, ast.AST) else ast.Module(node_or_stmts, [])
-        names = [n for n in _loaded_names(holder) if n in work.consts]
+        names = [n for n in loaded_names(holder) if n in work.consts]
         if not names or budget <= 0:
             return False
         if len(names) > budget:
@@ -600,17 +528,17 @@ class OfflineMutator:
             node = s.get()
             if isinstance(node, ast.Constant):
                 continue
-            names = _loaded_names(node)
+            names = loaded_names(node)
             if any(n in local_names and n not in inline for n in names):
                 continue
             donors.append(node)
         if not donors:
             raise _Fail("no donor subtree")
-        with_comp = [d for d in donors if any(n in COMPONENT_INDEX or n in inline for n in _loaded_names(d))]
+        with_comp = [d for d in donors if any(n in COMPONENT_INDEX or n in inline for n in loaded_names(d))]
         pool = with_comp if with_comp and rng.random() < 0.85 else donors
         donor = _substitute(copy.deepcopy(rng.choice(pool)), inline)
         mapping = {}
-        for n in _loaded_names(donor):
+        for n in loaded_names(donor):
             if n in other.consts:
                 mapping[n] = work.new_const(n, other.consts[n])
         _rename(donor, mapping)
@@ -631,7 +559,7 @@ def _inlinable_locals(func: ast.FunctionDef) -> dict[str, ast.expr]:
     out: dict[str, ast.expr] = {}
     for st in func.body:
         if isinstance(st, ast.Assign) and counts.get(st.targets[0].id) == 1:
-            names = _loaded_names(st.value)
+            names = loaded_names(st.value)
             if all(n not in counts or n in out for n in names):
                 out[st.targets[0].id] = _substitute(copy.deepcopy(st.value), out)
     return out

@@ -6,4 +6,6 @@ bash scripts/setup.sh
 bash scripts/install_go.sh        # Debian golang-go, for the Go parity tests
 bash scripts/install_browser.sh   # Debian chromium + playwright, for the UI end-to-end test
 export STEPEVOLVE_DATA="${STEPEVOLVE_DATA:-$(cd .. && pwd)/shared/data}"
-exec .venv/bin/python -m pytest "$@"
+# two workers, one test file each at a time: module fixtures (archives, browsers, a Ray cluster)
+# stay in one process; set PYTEST_WORKERS=0 to run in this process alone
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ import urllib.error
 import urllib.request
 from importlib import resources
 
+import numpy as np
 import plotly
 import pytest
 
@@ -287,14 +289,26 @@ def test_reads_while_another_process_holds_the_write_lock(server, built):
 PROGRAM_POINTS = "#plot g.traceevaluated path.point, #plot g.tracefrontier path.point"
 _POINT_XY = """pid => {
   const gd = document.getElementById("plot");
+  const centre = (el) => { const r = el.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2, r.width / 2]; };
   for (const uid of ["frontier", "evaluated"]) {
     const t = gd.data.find((d) => d.uid === uid), i = t ? t.customdata.indexOf(pid) : -1;
     if (i < 0) continue;
-    const r = gd.querySelectorAll("g.trace" + uid + " path.point")[i].getBoundingClientRect();
-    return [r.x + r.width / 2, r.y + r.height / 2];
+    const mine = gd.querySelectorAll("g.trace" + uid + " path.point")[i];
+    const others = [...gd.querySelectorAll("path.point")].filter((el) => el !== mine).map(centre);
+    return [centre(mine), others];
   }
   return null;
 }"""
+
+
+def _hover_spots(mine, others):
+    """Spots inside the mark of `mine`, the one farthest from every other mark first: Plotly's
+    tooltip names the closest mark, so a user moves to the free side of a crowded point."""
+    cx, cy, r = mine
+    spots = [(cx, cy)] + [(cx + f * r * math.cos(a), cy + f * r * math.sin(a))
+                          for f in (0.5, 0.9) for a in np.linspace(0, 2 * math.pi, 16, endpoint=False)]
+    clearance = lambda s: min((math.hypot(s[0] - x, s[1] - y) for x, y, _ in others), default=math.inf)
+    return sorted(spots, key=clearance, reverse=True)[:8]
 
 
 def _points(page) -> int:
@@ -305,18 +319,19 @@ def _click_point(page, pid: int) -> None:
     """Click program `pid` as a user does: Plotly clicks the point it hovers, and where marks
     overlap (a baseline square, a neighbour) the user moves until the tooltip names it."""
     page.wait_for_selector("#plot g.tracebaseline0 path.point")  # the last redraw after loading
-    cx, cy = page.evaluate(_POINT_XY, pid) or (None, None)
-    assert cx is not None, f"program {pid} is not plotted"
-    for dx, dy in ((0, 0), (0, 3), (0, -3), (3, 0), (-3, 0), (3, 3), (-3, -3), (3, -3), (-3, 3), (0, 5), (0, -5)):
-        page.mouse.move(cx - 40, cy - 40)
-        page.mouse.move(cx + dx, cy + dy)
+    found = page.evaluate(_POINT_XY, pid)
+    assert found is not None, f"program {pid} is not plotted"
+    mine, others = found
+    for x, y in _hover_spots(mine, others):
+        page.mouse.move(x - 40, y - 40)
+        page.mouse.move(x, y)
         try:
-            page.wait_for_selector("#plot .hoverlayer .hovertext", timeout=2_000)
+            page.wait_for_selector("#plot .hoverlayer .hovertext", timeout=5_000)
         except PlaywrightTimeout:
             continue
         if not (page.locator("#plot .hoverlayer .hovertext").first.text_content() or "").startswith(f"#{pid} "):
             continue
-        page.mouse.click(cx + dx, cy + dy)
+        page.mouse.click(x, y)
         page.wait_for_function("id => document.querySelector('#pid')?.textContent === 'Program #' + id", arg=pid)
         return
     raise AssertionError(f"no spot on program {pid}'s mark shows its tooltip")
