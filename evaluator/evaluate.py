@@ -3,25 +3,31 @@
 Honest by construction: constants and request overheads are fitted on the training part and
 errors are reported on the held-out part. Default split: inside each load stage, requests
 (and step rows) in the first `train_fraction` of the stage's time train, the rest test.
-Holdouts: leave one model out (constants fitted globally on the other models) or leave one
-workload out (per-model constants fitted on the model's other workloads); the held-out
-experiments are then scored on all their requests.
+Holdouts (`evaluator.holdout.Split`): leave one model out (constants fitted globally on the
+other models), leave one workload out (per-model constants fitted on the model's other
+workloads) or leave the high load out (fitted on each experiment's lowest-rate stage); the
+held-out stages are then scored on all their requests. `holdout_objectives=True` adds all
+three to every evaluation (`evaluator.holdout.holdout_scores`).
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import replace
 
 import numpy as np
 
+from evaluator.components import COMPONENTS
 from evaluator.data import GroundTruth, per_token_time
+from evaluator.holdout import Split, holdout_scores, make_split
 from evaluator.fitting import (MAX_STATES_PER_STAGE, Overheads, StageStates, fit_constants, fit_overheads,
                                states_to_components, subsample)
 from evaluator.objectives import selection_loss
 from evaluator.program import parse_program
 from evaluator.records import Evaluation, StageScore
-from evaluator.simulator import SimResult, simulate
+from evaluator.simulator import (BREAKDOWN_PARTS, SimResult, cache_stats_by_stage, simulate,
+                                 time_breakdown_by_stage)
 from evaluator.step_scoring import build_step_rows, predict_rows, step_metrics
 from evaluator.workload import build_workload
 from seeds import seed_sources
@@ -46,31 +52,53 @@ def _edge_states(kv_tokens: float) -> np.ndarray:
 
 
 class Evaluator:
-    def __init__(self, gt: GroundTruth, train_fraction: float = 0.7, holdout: tuple[str, str] | None = None,
-                 global_fit: bool = False, seed: int = 0):
+    def __init__(self, gt: GroundTruth, train_fraction: float = 0.7, holdout: tuple | Split | None = None,
+                 global_fit: bool = False, seed: int = 0, holdout_objectives: bool = False):
+        """holdout: a `Split`, or ("model" | "workload", name) / ("load", None) for one.
+        holdout_objectives: score every evaluation under all held-out splits as well."""
         self.gt = gt
         self.train_fraction = train_fraction
-        self.holdout = holdout
-        self.global_fit = global_fit or (holdout is not None and holdout[0] == "model")
-        self.exps = list(gt.experiments)
+        self.all_exps = list(gt.experiments)
         self.hw = gt.hardware
-        self.mv = {e.id: e.model_vec(self.hw) for e in self.exps}
-        self.wl = {e.id: build_workload(e, gt, seed) for e in self.exps}
+        self.mv = {e.id: e.model_vec(self.hw) for e in self.all_exps}
+        self.wl = {e.id: build_workload(e, gt, seed) for e in self.all_exps}
         self.step_rows = build_step_rows(gt, train_fraction)
-        if holdout is not None:
-            kind, value = holdout
-            if kind not in ("model", "workload"):
-                raise ValueError("holdout kind must be 'model' or 'workload'")
-            key = (lambda e: e.model) if kind == "model" else (lambda e: e.workload)
-            if value not in {key(e) for e in self.exps}:
-                raise ValueError(f"no experiment with {kind} {value!r}")
-            self.fit_exps = [e for e in self.exps if key(e) != value]
-            self.report_exps = [e for e in self.exps if key(e) == value]
-        else:
-            self.fit_exps = self.report_exps = self.exps
-        self.train_mask = {e.id: self._train_mask(e) for e in self.exps}
+        self.train_mask = {e.id: self._train_mask(e) for e in self.all_exps}
+        self.holdout_objectives = holdout_objectives
         self._reference: dict[str, np.ndarray] | None = None
+        self._splits: dict[tuple, "Evaluator"] = {}  # held-out views of this evaluator, made once
+        self._split_refs: dict[str, dict[str, np.ndarray]] = {}  # their reference states
+        if holdout is not None and not isinstance(holdout, Split):
+            holdout = make_split(self.all_exps, *holdout)
+        self._set_split(holdout, global_fit)
+
+    def _set_split(self, split: Split | None, global_fit: bool = False) -> None:
+        self.split = split
+        self.holdout = None if split is None else (split.kind, split.value)
+        self.global_fit = global_fit or (split is not None and split.global_fit)
+        if split is None:
+            self.exps = self.fit_exps = self.report_exps = self.all_exps
+        else:
+            self.exps = [e for e in self.all_exps if e.id in split.fit or e.id in split.report]
+            self.fit_exps = [e for e in self.all_exps if e.id in split.fit]
+            self.report_exps = [e for e in self.all_exps if e.id in split.report]
         self._probe_cache: dict[str, np.ndarray] = {}
+
+    def for_split(self, split: Split, simulate_fit: bool = True) -> "Evaluator":
+        """A view of this evaluator under `split`, sharing its workloads, step rows and
+        reference states (made once per split and kept). simulate_fit=False simulates only the
+        held-out experiments (their request overheads must then be given to `evaluate`)."""
+        key = (split.label, simulate_fit)
+        if key not in self._splits:
+            view = copy.copy(self)
+            view.holdout_objectives = False
+            view._splits = {}
+            view._reference = self.split_reference(lowest_stage=split.kind == "load")
+            view._set_split(split)
+            if not simulate_fit:
+                view.exps = view.report_exps
+            self._splits[key] = view
+        return self._splits[key]
 
     # -------------------------------------------------------------- splits
     def _train_mask(self, e) -> np.ndarray:
@@ -80,8 +108,10 @@ class Evaluator:
         return t < cut[wl.stage]
 
     def _part(self, e, part: str) -> np.ndarray:
-        if self.holdout is not None and part == "test":
-            return np.ones(len(self.wl[e.id].arrival_us), bool)
+        """The requests of experiment `e` in the training or reported part."""
+        if self.split is not None:
+            stages = (self.split.fit if part == "train" else self.split.report).get(e.id, ())
+            return np.isin(self.wl[e.id].stage, stages)
         m = self.train_mask[e.id]
         return m if part == "train" else ~m
 
@@ -101,7 +131,9 @@ class Evaluator:
         train = self._part(e, "train")
         for s in e.stages:
             lo, hi = s.start_s * 1e6, (s.start_s + self.train_fraction * s.duration_s) * 1e6
-            if self.holdout is not None:
+            if self.split is not None:
+                if s.index not in self.split.fit.get(e.id, ()):
+                    continue
                 hi = (s.start_s + s.duration_s) * 1e6
             m = (states[:, 6] >= lo) & (states[:, 6] < hi) & (states[:, 1] > 0)
             idx = np.flatnonzero(m)
@@ -144,27 +176,46 @@ class Evaluator:
     def reference_states(self) -> dict[str, np.ndarray]:
         """Batch states from a calibrated blackbox simulation, computed once per evaluator."""
         if self._reference is None:
-            ref = parse_program(seed_sources()["blackbox"])
-            f = ref.compiled()
-            consts = {}
-            for key, exps in self._groups().items():
-                itl = np.mean([s.itl_s for e in exps for s in e.stages if math.isfinite(s.itl_s)]) * 1e6
-                consts[key] = np.array([itl, 0.0, 0.0])
-            states = {}
-            for rnd in range(2):
-                for e in self.exps:
-                    c = consts.get(self._key(e), np.mean(list(consts.values()), axis=0))
-                    r = self._sim(f, c, e, record=True)
-                    if r.ok or rnd == 0:  # keep the first round's states if the refit misbehaves
-                        states[e.id] = r.states
-                if rnd == 1:
-                    break
-                for key, exps in self._groups().items():
-                    st = [s for e in exps for s in self._stage_states(e, states[e.id])]
-                    probes = np.ascontiguousarray(np.vstack([self._state_probes(e, states[e.id]) for e in exps]))
-                    consts[key], _ = fit_constants(f, consts[key], st, [], probes)
-            self._reference = states
+            groups = self._groups()
+            self._reference = self._calibrated_states(groups, {e.id: k for k, ex in groups.items() for e in ex})
         return self._reference
+
+    def split_reference(self, lowest_stage: bool) -> dict[str, np.ndarray]:
+        """Reference states for held-out splits: every experiment calibrated on its own data
+        alone (on its lowest-rate stage alone for leave-high-load-out), so the states a split
+        fits on carry nothing of the experiments or stages it holds out."""
+        key = "lowest" if lowest_stage else "all"
+        if key not in self._split_refs:
+            exps = [e for e in self.all_exps if len(e.stages) > 1 or not lowest_stage]
+            view = copy.copy(self)
+            view._set_split(make_split(exps, "load") if lowest_stage else None)
+            view.exps = exps
+            self._split_refs[key] = view._calibrated_states({e.id: [e] for e in exps}, {e.id: e.id for e in exps})
+        return self._split_refs[key]
+
+    def _calibrated_states(self, groups: dict[str, list], key_of: dict[str, str]) -> dict[str, np.ndarray]:
+        """Simulate the 3-constant blackbox calibrated per group (two rounds) and record states."""
+        ref = parse_program(seed_sources()["blackbox"])
+        f = ref.compiled()
+        consts = {}
+        for key, exps in groups.items():
+            itl = np.mean([s.itl_s for e in exps for s in e.stages if math.isfinite(s.itl_s)
+                           and (self.split is None or s.index in self.split.fit.get(e.id, ()))]) * 1e6
+            consts[key] = np.array([itl, 0.0, 0.0])
+        states = {}
+        for rnd in range(2):
+            for e in self.exps:
+                c = consts.get(key_of.get(e.id), np.mean(list(consts.values()), axis=0))
+                r = self._sim(f, c, e, record=True)
+                if r.ok or rnd == 0:  # keep the first round's states if the refit misbehaves
+                    states[e.id] = r.states
+            if rnd == 1:
+                break
+            for key, exps in groups.items():
+                st = [s for e in exps for s in self._stage_states(e, states[e.id])]
+                probes = np.ascontiguousarray(np.vstack([self._state_probes(e, states[e.id]) for e in exps]))
+                consts[key], _ = fit_constants(f, consts[key], st, [], probes)
+        return states
 
     def _probe(self, key, exps) -> np.ndarray:
         if key not in self._probe_cache:
@@ -187,8 +238,11 @@ class Evaluator:
     # -------------------------------------------------------------- main entry
     def evaluate(self, program, constants: dict[str, list[float]] | None = None,
                  overheads: dict[str, dict] | None = None, fit: bool = True, refine: bool = True,
-                 start: dict[str, list[float]] | None = None) -> Evaluation:
+                 start: dict[str, list[float]] | None = None, heldout: bool | None = None) -> Evaluation:
         """Fit (surrogate, then optionally refine on the candidate's own simulation) and score.
+
+        `heldout`: also score every held-out split (default: the evaluator's
+        `holdout_objectives`); their objectives and detail land in the same Evaluation.
 
         `start`: constants of an earlier surrogate fit of this program (the cascade's screen),
         used instead of repeating that fit; the result is the same whichever worker runs it.
@@ -227,6 +281,8 @@ class Evaluator:
             if bad2 is None and self._train_loss(f, new, results2) <= self._train_loss(f, consts, results):
                 consts, results = new, results2
         ev = self._score(f, consts, results, overheads)
+        if (self.holdout_objectives if heldout is None else heldout) and ev.valid:
+            ev = holdout_scores(self, program, ev, fit=fit and constants is None, overheads=overheads)
         return replace(ev, sim_steps=n_steps, seconds=time.perf_counter() - t0,
                        objectives={**ev.objectives, "complexity": float(program.complexity.total)})
 
@@ -279,9 +335,11 @@ class Evaluator:
                 groups = []
                 for e in exps:
                     r, wl = results[e.id], self.wl[e.id]
-                    m = np.ones(len(wl.arrival_us), bool) if self.holdout is not None else self._part(e, "train")
+                    m = self._part(e, "train")
                     for s in e.stages:
                         g = m & (wl.stage == s.index)
+                        if not g.any():
+                            continue
                         if wl.measured_e2e_s is not None:
                             mt, me = wl.measured_ttft_s[g] * 1e6, wl.measured_e2e_s[g] * 1e6
                         else:  # spec mode: the stage means
@@ -301,14 +359,13 @@ class Evaluator:
             ttft = r.ttft_us + o.queueing_us + o.queueing_per_input_token_us * wl.prompt_len
             e2e = r.e2e_us + o.queueing_us + o.queueing_per_input_token_us * wl.prompt_len \
                 + o.output_token_us * wl.gen_len + o.post_decode_us
-            if not train:
-                mask = self._part(e, "test")
-            else:
-                mask = np.ones(len(wl.arrival_us), bool) if self.holdout is not None else self._part(e, "train")
+            mask = self._part(e, "train" if train else "test")
+            cache = {c["stage"]: c for c in cache_stats_by_stage(r, wl, mask)}  # the reported requests'
             for s in e.stages:
                 sel = mask & (wl.stage == s.index)
                 if not sel.any():
                     continue
+                cs = cache.get(s.index, {})
                 me2e, mttft, mitl = self._measured(e, s.index, mask)
                 pe2e, pttft = float(e2e[sel].mean()) / 1e6, float(ttft[sel].mean()) / 1e6
                 pitl = per_token_time(e2e[sel], ttft[sel], wl.gen_len[sel]) / 1e6
@@ -319,9 +376,13 @@ class Evaluator:
                     "pred_ttft_s": pttft, "meas_ttft_s": mttft, "ttft_err": abs(pttft - mttft) / mttft,
                     "pred_itl_s": pitl, "meas_itl_s": mitl, "itl_err": abs(pitl - mitl) / mitl,
                     "sim_steps": r.n_steps, "preempted": r.n_preempted,
+                    # prefix cache of these requests (None where they have no prompt tokens)
+                    "hit_rate": cs.get("hit_rate"), "always_hit_rate": cs.get("always_hit_rate"),
+                    "evictions": int(cs.get("evictions", 0)), "preemptions": int(cs.get("preemptions", 0)),
                 })
         # per-step scoring on the real step rows
-        report_models = set() if train else {e.model for e in self.report_exps}
+        report_models = set() if train or (self.split is not None and self.split.kind == "load") \
+            else {e.model for e in self.report_exps}
         for model, rows in self.step_rows.items():
             if model not in report_models:
                 continue
@@ -342,3 +403,75 @@ class Evaluator:
         }
         return Evaluation(valid=True, constants=constants, overheads=overheads, rows=tuple(scores), steps=steps,
                           objectives=objectives)
+
+    # -------------------------------------------------------------- where the time goes
+    def breakdown(self, program, evaluation: Evaluation) -> list[dict]:
+        """Where the time goes, per reported experiment x stage, for an evaluation of `program`.
+
+        Each reported experiment is simulated again with the evaluation's fitted constants
+        (breakdown=True, states recorded) and its reported requests give: the measured,
+        predicted and simulated per-output-token times (s), the simulated one split into
+        decode / prefill / recompute / preempt / queue (`time_breakdown_by_stage`, the parts
+        sum to sim_per_token_s), the request overheads' share (overhead_s: pred_itl_s =
+        sim_per_token_s + overhead_s), the prefix-cache counters (`cache_stats_by_stage`), and
+        over the simulated decode states (D > 0) of the stage's reported window: the program's
+        mean predicted step (us) next to the mean of every analytical component. Plain floats,
+        None where undefined (strict JSON).
+        """
+        if not evaluation.valid:
+            raise ValueError(f"cannot break down an invalid evaluation: {evaluation.error}")
+        f = program.compiled()
+        consts = {k: np.asarray(v, np.float64) for k, v in evaluation.constants.items()}
+        ovh = {k: Overheads(**v) for k, v in evaluation.overheads.items()}
+        scored = {(r["experiment"], int(r["stage"])): r for r in evaluation.rows}
+        used = set(program.components_used())
+        fin = lambda x: None if x is None or not math.isfinite(x) else float(x)  # noqa: E731
+        out = []
+        for e in self.report_exps:
+            c = self._consts_for(e, consts)
+            if c is None:
+                raise ValueError(f"the evaluation has no constants for model {e.model}")
+            wl = self.wl[e.id]
+            r = simulate(f, c, self.mv[e.id], wl, e.kv_blocks, e.max_num_seqs, e.max_batched_tokens,
+                         e.block_size, max_steps=MAX_STEPS, record=True, breakdown=True)
+            if not r.ok:
+                raise ValueError(f"{e.id}: the simulation with the fitted constants failed (status {r.status})")
+            mask = self._part(e, "test")
+            times = {b["stage"]: b for b in time_breakdown_by_stage(r, wl, mask)}
+            cache = {b["stage"]: b for b in cache_stats_by_stage(r, wl, mask)}
+            o = ovh.get(e.model, Overheads())
+            for s in e.stages:
+                sel = mask & (wl.stage == s.index)
+                if not sel.any():
+                    continue
+                row = scored.get((e.id, s.index), {})
+                tb, cs = times.get(s.index, {}), cache.get(s.index, {})
+                n = wl.gen_len[sel & (wl.gen_len >= 2)]
+                denom = float((n - 1).sum())
+                overhead = ((o.output_token_us * float(n.sum()) + o.post_decode_us * len(n)) / denom / 1e6
+                            if denom else None)
+                lo = s.start_s + (0.0 if self.holdout is not None else self.train_fraction * s.duration_s)
+                hi = s.start_s + s.duration_s
+                st = r.states[(r.states[:, 6] >= lo * 1e6) & (r.states[:, 6] < hi * 1e6) & (r.states[:, 1] > 0)]
+                if len(st):
+                    X = np.ascontiguousarray(states_to_components(st, self.mv[e.id]))
+                    step = fin(float(predict_rows(f, X, np.ascontiguousarray(c)).mean()))
+                    comps = {k: fin(float(v)) for k, v in zip(COMPONENTS, X.mean(axis=0))}
+                else:
+                    step, comps = None, {k: None for k in COMPONENTS}
+                d = {"experiment": e.id, "model": e.model, "workload": e.workload, "stage": s.index,
+                     "rate": s.rate, "n_requests": int(sel.sum()),
+                     "meas_itl_s": fin(row.get("meas_itl_s")), "pred_itl_s": fin(row.get("pred_itl_s")),
+                     "sim_per_token_s": fin(tb.get("per_token_s")), "overhead_s": fin(overhead)}
+                for k in BREAKDOWN_PARTS:
+                    d[f"{k}_s"] = fin(tb.get(f"{k}_s"))
+                d.update({"prefix_cache": cs.get("mode", r.prefix_cache),
+                          "hit_rate": fin(cs.get("hit_rate")), "always_hit_rate": fin(cs.get("always_hit_rate")),
+                          "prompt_tokens": int(cs.get("prompt_tokens", 0)),
+                          "cached_tokens": int(cs.get("cached_tokens", 0)),
+                          "recomputed_tokens": int(cs.get("recomputed_tokens", 0)),
+                          "evictions": int(cs.get("evictions", 0)), "preemptions": int(cs.get("preemptions", 0)),
+                          "n_decode_states": int(len(st)), "pred_step_us": step, "components": comps,
+                          "components_used": [k for k in COMPONENTS if k in used]})
+                out.append(d)
+        return out

@@ -55,6 +55,10 @@ class Evaluation:
     objectives: dict[str, float] = field(default_factory=dict)
     sim_steps: int = 0
     seconds: float = 0.0
+    # held-out kind ("workload" | "model" | "load") -> {"title", "objectives", "rows" (each with
+    # its "split"), "errors" (split -> why invalid), "constants" (split -> fitted constants)};
+    # empty when the held-out splits were not scored (see evaluator.holdout)
+    holdout: dict[str, dict] = field(default_factory=dict)
 
     @classmethod
     def invalid(cls, error: str, complexity: float | None = None, seconds: float = 0.0,
@@ -78,7 +82,7 @@ class Evaluation:
                 "rows": [dict(r) for r in self.rows],
                 "steps": {k: dict(v) for k, v in self.steps.items()},
                 "objectives": dict(self.objectives), "sim_steps": int(self.sim_steps),
-                "seconds": float(self.seconds)}
+                "seconds": float(self.seconds), "holdout": {k: dict(v) for k, v in self.holdout.items()}}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Evaluation":
@@ -91,7 +95,7 @@ class Evaluation:
         kw["valid"] = bool(d["valid"])
         kw["error"] = d.get("error")
         kw["rows"] = tuple(dict(r) for r in kw.get("rows", ()))
-        for k in ("constants", "overheads", "steps", "objectives"):
+        for k in ("constants", "overheads", "steps", "objectives", "holdout"):
             kw[k] = dict(kw.get(k, {}))
         kw["sim_steps"] = int(kw.get("sim_steps", 0))
         kw["seconds"] = float(kw.get("seconds", 0.0))

@@ -59,12 +59,15 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from evaluator.objectives import ORDER, finite_or_none, sortable_or_none
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.records import Evaluation
-from evolve.pareto import objective_vector, pareto_front
+from evolve.pareto import pareto_front
 
 OBJECTIVE_COLUMNS = ORDER  # one float column per objective, for SQL sorting
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 STAGES = ("screen", "full")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# columns added after version 1: (table, column, SQL type), added in place to an older archive
+ADDED_COLUMNS = (("evaluations", "lowo_e2e", "FLOAT"), ("evaluations", "lomo_e2e", "FLOAT"),
+                 ("evaluations", "load_e2e", "FLOAT"), ("evaluations", "holdout", "JSON"))
 
 
 class ArchiveError(RuntimeError):
@@ -129,6 +132,10 @@ class EvaluationRow(Base):
     ttft_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
     itl_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
     complexity: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lowo_e2e: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lomo_e2e: Mapped[float | None] = mapped_column(Float, nullable=True)
+    load_e2e: Mapped[float | None] = mapped_column(Float, nullable=True)
+    holdout: Mapped[Any] = mapped_column(JSON, nullable=True)  # evaluator.holdout detail per kind
     rows: Mapped[Any] = mapped_column(JSON, default=list)
     steps: Mapped[Any] = mapped_column(JSON, default=dict)
     constants: Mapped[Any] = mapped_column(JSON, default=dict)
@@ -252,7 +259,7 @@ def _evaluation_record(e: EvaluationRow, full: bool = True) -> dict:
          "sim_steps": e.sim_steps, "created_at": e.created_at}
     if full:
         d.update(rows=list(e.rows or []), steps=dict(e.steps or {}), constants=dict(e.constants or {}),
-                 overheads=dict(e.overheads or {}))
+                 overheads=dict(e.overheads or {}), holdout=dict(e.holdout or {}))
     return d
 
 
@@ -293,6 +300,12 @@ class Archive:
         if readonly:
             if not self.path.is_file():
                 raise ArchiveError(f"no archive at {self.path}")
+            if self._missing_columns():  # an archive written before a column was added
+                try:
+                    self._ensure_schema()
+                except Exception as e:  # noqa: BLE001 - read-only file or directory
+                    raise ArchiveError(f"{self.path}: archive from an older version that cannot be upgraded "
+                                       f"here ({type(e).__name__}: {e})") from None
         else:
             self._ensure_schema()
 
@@ -316,9 +329,20 @@ class Archive:
         self.engine  # noqa: B018 - ensures the reader exists in this process
         return Session(self._reader, expire_on_commit=False)
 
+    def _missing_columns(self) -> list[str]:
+        self.engine  # noqa: B018 - builds the reader: a deferred transaction, never waiting on a writer
+        with self._reader.connect() as conn:
+            have = {(t, r[1]) for t in {t for t, _, _ in ADDED_COLUMNS}
+                    for r in conn.exec_driver_sql(f"PRAGMA table_info({t})")}
+        return [c for t, c, _ in ADDED_COLUMNS if have and (t, c) not in have]
+
     def _ensure_schema(self) -> None:
         with self.engine.begin() as conn:  # BEGIN IMMEDIATE: concurrent creators serialise
             Base.metadata.create_all(conn)
+            for table, column, sql_type in ADDED_COLUMNS:
+                have = {r[1] for r in conn.exec_driver_sql(f"PRAGMA table_info({table})")}
+                if column not in have:
+                    conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
             conn.exec_driver_sql(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
@@ -485,7 +509,8 @@ class Archive:
             if c is not None:
                 obj["complexity"] = float(c)
         vals = dict(valid=d["valid"], error=d["error"], objectives=obj, rows=d["rows"], steps=d["steps"],
-                    constants=d["constants"], overheads=d["overheads"], sim_steps=d["sim_steps"],
+                    constants=d["constants"], overheads=d["overheads"], holdout=d["holdout"] or None,
+                    sim_steps=d["sim_steps"],
                     seconds=d["seconds"], stage=stage, created_at=time.time(),
                     **{k: sortable_or_none(obj.get(k)) for k in OBJECTIVE_COLUMNS})
         existing = s.scalar(select(EvaluationRow).where(EvaluationRow.program_id == program_id))
@@ -648,7 +673,7 @@ class Archive:
             q = q.where(EvaluationRow.stage == stage)
         if run_id is not None:
             q = q.where(ProgramRow.run_id == run_id)
-        items = [(pid, objective_vector(obj)) for pid, obj in s.execute(q)]
+        items = [(pid, obj or {}) for pid, obj in s.execute(q)]  # ranked in one vector order
         return [pid for pid, _ in pareto_front(items, key=lambda it: it[1])]
 
     def set_cells(self, run_id: str, cells: Mapping[str, int]) -> None:

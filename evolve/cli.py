@@ -5,6 +5,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +19,15 @@ from evaluator.evaluate import Evaluator
 from evaluator.ingest import IngestError, ingest_request_lifecycle, ingest_step_traces, write_ground_truth
 from evaluator.objectives import Caps, finite_or_none, ranked
 from evaluator.program import ProgramError, parse_program
+from evaluator.holdout import KINDS, PREFIX, score_kind
 from evolve.archive import Archive, ArchiveError
 from evolve.baselines_store import stored_baselines
 from evolve.config import RunConfig, config_from_args
 from evolve.search import Search
 from evolve.views import frontier_table, render_frontier, report_html, serve, show_program
 from evolve.views.format import BASELINE_PREFIX, clean_json
+from evolve.views.holdout_table import holdout_summary, holdout_table, split_errors, split_table
+from evolve.views.tables import render_breakdown
 from go_emit import GoEmitError, emit_record
 
 
@@ -46,10 +50,13 @@ def _load_gt(args):
 
 def cmd_baselines(args) -> int:
     gt = _load_gt(args)
-    ev = Evaluator(gt, train_fraction=args.train_fraction)
+    ev = Evaluator(gt, train_fraction=args.train_fraction, holdout_objectives=args.holdout)
     res = run_baselines(ev)
     if args.json:
-        print(json.dumps({"mode": gt.mode, "source": gt.source, "records": baseline_records(res)}, indent=1))
+        out = {"mode": gt.mode, "source": gt.source, "records": baseline_records(res)}
+        if args.holdout:
+            out["holdout"] = {b: {"summary": holdout_summary(r), "splits": split_errors(r)} for b, r in res.items()}
+        print(json.dumps(clean_json(out), indent=1, allow_nan=False))
         return 0
     con = _console()
     t = Table(title=f"Baselines on {gt.source} ({gt.mode} mode, held-out last "
@@ -79,6 +86,9 @@ def cmd_baselines(args) -> int:
     t.add_row("[bold]mean[/bold]", "", *means,
               "/".join(_pct(res[b].objectives.get("step_mape")) for b in BASELINES), end_section=True)
     con.print(t)
+    if args.holdout:
+        con.print(holdout_table(res))
+        con.print(split_table(res))
     for b in BASELINES:
         if not res[b].valid:
             con.print(f"[red]{b}: invalid: {res[b].error}[/red]")
@@ -119,10 +129,28 @@ def cmd_evaluate(args) -> int:
     except (OSError, ProgramError) as e:
         sys.exit(f"error: {args.program}: {e}")
     gt = _load_gt(args)
-    res = Evaluator(gt, train_fraction=args.train_fraction).evaluate(prog)
-    print(json.dumps(res.to_json() if args.json else
-                     {"valid": res.valid, "error": res.error, "objectives": res.objectives,
-                      "seconds": res.seconds}, indent=1, default=float))
+    ev = Evaluator(gt, train_fraction=args.train_fraction)
+    res = ev.evaluate(prog)
+    if args.holdout and res.valid:  # --holdout [KIND]: every kind, or the one asked for
+        kinds = KINDS if args.holdout == "all" else (args.holdout,)
+        blocks = {k: score_kind(ev, prog, k, res) for k in kinds}
+        res = replace(res, holdout=blocks, objectives={**res.objectives, **{
+            f"{PREFIX[k]}_e2e": b["objectives"][f"{PREFIX[k]}_e2e"] for k, b in blocks.items()}})
+    # --breakdown: the reported experiments simulated again with the fitted constants
+    parts = ev.breakdown(prog, res) if args.breakdown and res.valid else None
+    if args.json:
+        out = res.to_json()
+        if args.breakdown:
+            out["breakdown"] = parts
+        print(json.dumps(clean_json(out), indent=1, allow_nan=False))
+    else:
+        print(json.dumps(clean_json({"valid": res.valid, "error": res.error, "objectives": res.objectives,
+                                     "seconds": res.seconds}), indent=1, allow_nan=False))
+        if args.breakdown:
+            render_breakdown(parts or [], _console())
+        if res.holdout:
+            _console().print(holdout_table({Path(args.program).name: res}))
+            _console().print(split_table({Path(args.program).name: res}))
     return 0 if res.valid else 1
 
 
@@ -282,6 +310,10 @@ def cmd_show(args) -> int:
     if name:
         con.print(f"baseline shown alongside: {name} (lowest mean E2E error of the three)")
     show_program(archive, args.program_id, con, baseline_rows=base.rows if base else None)
+    if (rec.get("evaluation") or {}).get("holdout"):
+        named = {f"#{rec['id']}": rec["evaluation"], **({name: base} if base is not None else {})}
+        con.print(holdout_table(named))
+        con.print(split_table(named))
     return 0
 
 
@@ -319,7 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--archive", default="archive.db", metavar="PATH")
         sp.add_argument("--workers", type=int, default=2, help="evaluation processes (default 2)")
         sp.add_argument("--generation-size", type=int, default=8, help="candidates proposed per generation")
-        sp.add_argument("--timeout", type=float, default=60.0, help="wall-clock limit per candidate (s)")
+        sp.add_argument("--timeout", type=float, default=60.0,
+                        help="wall-clock limit per candidate (s); 4x for a full evaluation with held-out splits")
+        sp.add_argument("--no-holdout", action="store_true",
+                        help="rank on the in-sample (time split) errors only: no held-out splits, ~4x cheaper")
 
     r = sub.add_parser("run", help="evolve step-time programs (the main job)")
     run_opts(r)
@@ -372,12 +407,20 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("baselines", help="fit and score the three baselines")
     data_opts(b)
     b.add_argument("--json", action="store_true")
+    b.add_argument("--holdout", action="store_true",
+                   help="also fit and score them leaving out each workload, each model and the high load")
     b.set_defaults(func=cmd_baselines)
 
     e = sub.add_parser("evaluate", help="fit and score one program file")
     data_opts(e)
     e.add_argument("program")
     e.add_argument("--json", action="store_true")
+    e.add_argument("--breakdown", action="store_true",
+                   help="then simulate again with the fitted constants: per experiment and stage, where the time "
+                        "per output token goes, the prefix cache, and the predicted step next to the components")
+    e.add_argument("--holdout", nargs="?", const="all", choices=("all", *KINDS), metavar="KIND",
+                   help="also fit and score leaving out each workload / each model / the high load "
+                        "(workload, model, load; default all three)")
     e.set_defaults(func=cmd_evaluate)
 
     m = sub.add_parser("make-default", help="regenerate the embedded workload table from a data dir")

@@ -29,6 +29,7 @@ class RunConfig:
     caps: Caps = field(default_factory=Caps)
     replay: str | None = None  # run id whose cached LLM replies are replayed
     cascade: bool = True
+    holdout: bool = True  # score full evaluations under the held-out splits and rank on them
 
     def to_json(self) -> dict:
         """What the archive stores in runs.config (caps as {ops, conditionals, constants})."""
@@ -40,6 +41,7 @@ class RunConfig:
         baselines run); caps stored by older versions as a [ops, cond, consts] list are read."""
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
+        kw.setdefault("holdout", False)  # runs stored before held-out objectives ranked in-sample
         caps = kw.get("caps")
         if isinstance(caps, Mapping):
             kw["caps"] = Caps(**caps)
@@ -61,6 +63,7 @@ def config_from_args(args, stored: Mapping | None = None, seed: int | None = Non
         "generation_size": args.generation_size, "timeout_s": args.timeout,
         "train_fraction": args.train_fraction, "replay": getattr(args, "replay", None),
         "caps": Caps(args.max_ops, args.max_cond, args.max_consts),
+        "holdout": not getattr(args, "no_holdout", False),
     }
     if stored is None:
         return RunConfig(**from_flags)

@@ -7,6 +7,8 @@ INVALID because DEAP sorts a NaN fitness into the first front.
 Items handed to `pareto_front` / `select_nsga2` can be: a dict with an "objectives" dict
 (archive records), an object with an `.objectives` dict (evaluator.records.Evaluation), a plain
 objectives dict, or a sequence of numbers (already a vector). Pass `key=` to override.
+Objective dicts ranked together share one vector order (`evaluator.objectives.vector_order`):
+the held-out errors and complexity when all carry held-out errors, else the in-sample ones.
 The functions return the items themselves, in input order for `pareto_front`.
 
 DEAP is used without `deap.creator`: the fitness classes are plain subclasses of
@@ -20,7 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 from deap import base, tools
 
-from evaluator.objectives import INVALID, ORDER, objective_vector, ranked
+from evaluator.objectives import INVALID, ORDER, objective_vector, ranked, vector_order
 
 # Older names, kept while the views move to evaluator.objectives (the same objects).
 VECTOR_ORDER = ORDER
@@ -32,26 +34,26 @@ COMPLEXITY_BINS = ((0, 9, "c0-9"), (10, 14, "c10-14"), (15, 19, "c15-19"), (20, 
 COMPONENT_BINS = ("k1", "k2", "k3", "k4", "k5+")
 
 
-def _default_key(item: Any) -> tuple[float, ...]:
+def _objectives_of(item: Any) -> Mapping | Sequence:
+    """The objectives dict of a record / Evaluation / plain dict, or a ready vector."""
     if isinstance(item, Mapping):
         obj = item.get("objectives") if "objectives" in item else item
         if isinstance(obj, Mapping):
-            return objective_vector(obj)
+            return obj
     obj = getattr(item, "objectives", None)
     if isinstance(obj, Mapping):
-        return objective_vector(obj)
+        return obj
     if isinstance(item, Sequence) and not isinstance(item, (str, bytes)):
-        return tuple(ranked(x) for x in item)
+        return item
     raise TypeError(f"cannot derive an objective vector from {type(item).__name__}")
 
 
-def _vector(item: Any, key: Callable | None) -> tuple[float, ...]:
-    if key is None:
-        return _default_key(item)
-    v = key(item)
-    if isinstance(v, Mapping):
-        return objective_vector(v)
-    return tuple(ranked(x) for x in v)
+def _vectors(items: Sequence, key: Callable | None) -> list[tuple[float, ...]]:
+    """One vector per item; objective dicts ranked together share one order (held-out errors
+    only when every one of them has them: `vector_order`)."""
+    objs = [_objectives_of(it) if key is None else key(it) for it in items]
+    order = vector_order([o for o in objs if isinstance(o, Mapping)])
+    return [objective_vector(o, order) if isinstance(o, Mapping) else tuple(ranked(x) for x in o) for o in objs]
 
 
 _FITNESS: dict[int, type] = {}
@@ -77,7 +79,7 @@ class _Ind:
 
 
 def _individuals(items: Sequence, key: Callable | None) -> list[_Ind]:
-    vecs = [_vector(it, key) for it in items]
+    vecs = _vectors(items, key)
     if not vecs:
         return []
     dim = len(vecs[0])

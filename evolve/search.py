@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from evaluator.data import load
-from evaluator.objectives import (INVALID, finite_or_none, invalid_objectives, objective_vector, ranked,
-                                  selection_loss)
+from evaluator.objectives import (IN_SAMPLE_ORDER, INVALID, finite_or_none, in_sample_loss, invalid_objectives,
+                                  objective_vector, ranked, selection_loss)
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.records import Evaluation
 from evolve.archive import Archive
@@ -85,13 +85,15 @@ class SearchState:
         return any(x is m for x in self.frontier), improved
 
     def would_enter(self, objectives: dict, program: Program) -> bool:
-        v = objective_vector(objectives)
+        """Whether a screened candidate earns the full evaluation: judged on the in-sample
+        errors the screen has (the held-out ones come with the full evaluation)."""
+        v = objective_vector(objectives, IN_SAMPLE_ORDER)
         if any(ranked(objectives.get(k)) >= INVALID for k in ACCURACY):
             return False
         cur = self.cells.get(cell_key(program))
-        if cur is None or selection_loss(objectives) < _scalar(cur):
+        if cur is None or in_sample_loss(objectives) < in_sample_loss(cur.objectives):
             return True
-        return not any(_dominates(f.vector, v) for f in self.frontier)
+        return not any(_dominates(objective_vector(f.objectives, IN_SAMPLE_ORDER), v) for f in self.frontier)
 
     @staticmethod
     def _valid(m: Member) -> bool:
@@ -159,7 +161,8 @@ class Search:
 
     def _pool(self) -> WorkerPool:
         if getattr(self, "pool", None) is None:
-            self.pool = WorkerPool(self.cfg.data, self.cfg.train_fraction, self.cfg.workers, self.cfg.timeout_s)
+            self.pool = WorkerPool(self.cfg.data, self.cfg.train_fraction, self.cfg.workers, self.cfg.timeout_s,
+                                   heldout=self.cfg.holdout)
         return self.pool
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """Evaluation worker processes: each holds its own Evaluator; a runaway candidate is killed.
 
 A compiled numba loop cannot be interrupted by a signal (docs/architecture.md, fact 8), so every
-candidate runs in a separate process that the parent kills when the wall-clock limit passes.
+candidate runs in a separate process that the parent kills when the wall-clock limit passes
+(HELDOUT_TIMEOUT_FACTOR times longer for a full job that also scores the held-out splits).
 Workers are recycled every `recycle` candidates because each compiled candidate keeps ~1 MiB.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from evaluator.program import ProgramError, parse_program
 from evaluator.records import Evaluation
 
 JobKind = Literal["screen", "full"]
+HELDOUT_TIMEOUT_FACTOR = 4  # a full job with held-out splits fits and simulates ~4x as much
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,10 @@ class Job:
     def refine(self) -> bool:
         return self.kind == "full"
 
+    def heldout(self, pool_heldout: bool) -> bool:
+        """Whether this job scores the held-out splits: full jobs of a run that ranks on them."""
+        return pool_heldout and self.kind == "full"
+
 
 def _worker_main(conn, data_dir, train_fraction):
     ev = Evaluator(load(data_dir), train_fraction=train_fraction)
@@ -41,9 +47,9 @@ def _worker_main(conn, data_dir, train_fraction):
         msg = conn.recv()
         if msg is None:
             return
-        source, refine, start = msg
+        source, refine, start, heldout = msg
         try:
-            res = ev.evaluate(parse_program(source), refine=refine, start=start)
+            res = ev.evaluate(parse_program(source), refine=refine, start=start, heldout=heldout)
         except ProgramError as e:
             res = Evaluation(valid=False, error=f"invalid program: {e}")
         except Exception as e:  # a candidate must never take the run down
@@ -70,10 +76,11 @@ class _Worker:
 class WorkerPool:
     """Evaluate jobs on K processes; each result comes back paired with its Job, whatever the order."""
 
-    def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=300):
+    def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=300, heldout=False):
         self.ctx = mp.get_context("spawn")
         self.args = (data_dir, train_fraction)
         self.timeout_s = timeout_s
+        self.heldout = heldout
         self.recycle = recycle
         self.workers = [_Worker(self.ctx, *self.args) for _ in range(max(1, workers))]
         self.killed = 0
@@ -110,7 +117,7 @@ class WorkerPool:
             if w.job is None and self.pending:
                 w.job = self.pending.pop(0)
                 w.started = time.monotonic()
-                w.conn.send((w.job.source, w.job.refine, w.job.start))
+                w.conn.send((w.job.source, w.job.refine, w.job.start, w.job.heldout(self.heldout)))
             elif w.job is not None:
                 if w.conn.poll(0):
                     try:
@@ -125,12 +132,15 @@ class WorkerPool:
                     if w.done >= self.recycle:
                         w.conn.send(None)
                         self._replace(i)
-                elif time.monotonic() - w.started > self.timeout_s or not w.proc.is_alive():
+                elif time.monotonic() - w.started > self._limit(w.job) or not w.proc.is_alive():
                     why = "killed: over the wall-clock limit" if w.proc.is_alive() else "worker died"
-                    results.append((w.job, Evaluation(valid=False, error=f"{why} ({self.timeout_s:.0f} s)")))
+                    results.append((w.job, Evaluation(valid=False, error=f"{why} ({self._limit(w.job):.0f} s)")))
                     self.killed += 1
                     self._replace(i)
         return results
+
+    def _limit(self, job: Job) -> float:
+        return self.timeout_s * (HELDOUT_TIMEOUT_FACTOR if job.heldout(self.heldout) else 1)
 
     def run(self, jobs: list[Job]) -> list[Evaluation]:
         """Evaluate a batch and wait for all of it; results in job order."""

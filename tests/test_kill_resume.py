@@ -20,7 +20,7 @@ def _count(db):
 
 def test_sigkill_then_resume(tmp_path):
     db = tmp_path / "k.db"
-    cmd = [sys.executable, "-m", "evolve.cli", "run", "--budget", "40", "--seed", "2", "--workers", "1",
+    cmd = [sys.executable, "-m", "evolve.cli", "run", "--no-holdout", "--budget", "40", "--seed", "2", "--workers", "1",
            "--generation-size", "2", "--archive", str(db)]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300

@@ -9,9 +9,10 @@ from evolve.workers import Job, WorkerPool
 from seeds import seed_sources
 
 
-def _run(tmp_path, name, workers, budget=9, seed=3):
+def _run(tmp_path, name, workers, budget=9, seed=3, holdout=False):
+    """A short offline run; in-sample ranking unless `holdout` (the held-out splits cost ~4x)."""
     arch = Archive(tmp_path / name)
-    s = Search(RunConfig(budget=budget, seed=seed, workers=workers, generation_size=4), arch)
+    s = Search(RunConfig(budget=budget, seed=seed, workers=workers, generation_size=4, holdout=holdout), arch)
     s.start()
     out = s.loop()
     return arch, out
@@ -46,7 +47,7 @@ def test_same_seed_same_archive_whatever_the_workers(tmp_path):
 def test_resume_continues_to_the_new_budget(tmp_path):
     arch, out = _run(tmp_path, "r.db", workers=1, budget=7)
     run_id = out["run_id"]
-    s = Search(RunConfig(budget=11, seed=3, workers=1, generation_size=4), arch)
+    s = Search(RunConfig(budget=11, seed=3, workers=1, generation_size=4, holdout=False), arch)
     s.resume(run_id)
     assert len(s.state.members) >= 5
     s.loop()
@@ -105,3 +106,23 @@ def test_full_evaluation_starts_from_the_screen_fit(evaluator):
     full = evaluator.evaluate(p, refine=True)
     resumed = evaluator.evaluate(p, refine=True, start=screen.constants)
     assert resumed.constants == full.constants and resumed.objectives == full.objectives
+
+
+def test_heldout_run_ranks_on_heldout_errors(tmp_path):
+    """By default full evaluations carry the held-out splits, stored in the archive, and the
+    frontier is the Pareto front of held-out E2E errors and complexity."""
+    from evaluator.objectives import HELDOUT, HELDOUT_ORDER, objective_vector
+    from evolve.pareto import pareto_front
+    arch, out = _run(tmp_path, "h.db", workers=2, budget=6, holdout=True)
+    run = out["run_id"]
+    assert arch.get_run(run)["config"]["holdout"] is True
+    full = arch.evaluations(run)
+    assert full and all(r["stage"] == "full" for r in full)
+    for r in full:
+        rec = arch.program(r["id"])
+        assert set(HELDOUT) <= set(rec["objectives"]), rec["objectives"]
+        assert set(rec["evaluation"]["holdout"]) == {"workload", "model", "load"}
+    vecs = {r["id"]: objective_vector(r["objectives"], HELDOUT_ORDER) for r in full}
+    want = {pid for pid, _ in pareto_front(list(vecs.items()), key=lambda it: it[1])}
+    assert set(out["frontier"]) == want
+    assert set(arch.frontier_ids(run)) == want

@@ -46,7 +46,7 @@ def test_llm_run_then_exact_replay(tmp_path, monkeypatch):
     arch = Archive(db)
     with StubServer() as stub:
         stub.handler = _handler()
-        cfg = RunConfig(budget=9, seed=5, workers=1, generation_size=4, llm="openai/stub-model",
+        cfg = RunConfig(budget=9, seed=5, workers=1, generation_size=4, holdout=False, llm="openai/stub-model",
                         llm_base=stub.api_base)
         s = Search(cfg, arch)
         s.llm.max_retries = 0
@@ -73,7 +73,7 @@ def test_llm_run_then_exact_replay(tmp_path, monkeypatch):
     src.close()
     dst.close()
     arch2 = Archive(db2)
-    cfg2 = RunConfig(budget=9, seed=5, workers=1, generation_size=4, llm="openai/stub-model",
+    cfg2 = RunConfig(budget=9, seed=5, workers=1, generation_size=4, holdout=False, llm="openai/stub-model",
                      llm_base="http://127.0.0.1:9/v1", replay=run_id)
     s2 = Search(cfg2, arch2)
     run2 = s2.start()

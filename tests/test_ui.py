@@ -369,6 +369,8 @@ def test_page_plot_panel_and_filter(page, server, built, tmp_path):
     ring = "() => document.getElementById('plot').data.find((t) => t.uid === 'selected').customdata"
     assert page.evaluate(ring) == [pid]
     assert page.locator("#plot g.traceselected path.point").count() == 1
+    # held-out errors: the run scored its full evaluations on the held-out splits
+    assert page.locator("#holdout table").first.locator("tbody tr").count() == 4  # in-sample + 3 kinds
     page.screenshot(path=str(tmp_path / "ui.png"), full_page=True)
 
     # the complexity filter: fewer (or as many) points, matching the API
@@ -407,3 +409,12 @@ def test_page_overcap_refusal_and_escaping(page, server, built):
     page.reload()
     page.wait_for_function("id => document.querySelector('#pid')?.textContent === 'Program #' + id",
                            arg=built["best"])
+
+
+def test_api_program_carries_heldout_summary(server, built):
+    st, rec = get(server, f"/api/program/{built['best']}")
+    assert st == 200
+    kinds = [r["kind"] for r in rec["holdout_summary"]]
+    assert kinds == ["in-sample", "LOWO", "LOMO", "high load"]
+    assert set(rec["objectives"]) >= {"lowo_e2e", "lomo_e2e", "load_e2e"}
+    assert any(k.startswith("model:") for k in rec["holdout_splits"])

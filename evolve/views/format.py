@@ -34,6 +34,39 @@ def fmt_num(v, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def fmt_rate(v) -> str:
+    """A fraction in [0, 1] (a cache hit rate) as a percentage; a dash when missing."""
+    x = finite_or_none(v)
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def fmt_ms(v) -> str:
+    """Seconds as milliseconds with 3 significant digits (rounding noise below a picosecond
+    as 0); a dash when missing."""
+    x = finite_or_none(v)
+    if x is None:
+        return "—"
+    return "0" if abs(x) < 1e-12 else f"{1e3 * x:.3g}"
+
+
+def fmt_us(v) -> str:
+    """Microseconds: whole ones from 100 up, else 3 significant digits; a dash when missing."""
+    x = finite_or_none(v)
+    if x is None:
+        return "—"
+    return f"{x:.0f}" if abs(x) >= 100 else ("0" if x == 0 else f"{x:.3g}")
+
+
+CACHE_KEYS = ("hit_rate", "always_hit_rate", "evictions", "preemptions")  # per-stage prefix-cache columns
+
+
+def cache_cells(r: Mapping) -> list[str]:
+    """Hit rate, always-hit rate, evictions and preemptions of one experiment-stage row, as
+    text ("—" for rows stored before the judge recorded them)."""
+    return [fmt_rate(r.get("hit_rate")), fmt_rate(r.get("always_hit_rate")),
+            fmt_num(r.get("evictions")), fmt_num(r.get("preemptions"))]
+
+
 def pct(v: float) -> str:
     """Short percentage for plot labels and tooltips."""
     return f"{100 * v:.3g}%" if v < 10 else f"{v:.3g}x"

@@ -17,11 +17,12 @@ from typing import Any
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from evaluator.objectives import ORDER, ranked
-from evolve.views.format import (BASELINE_PREFIX, baselines_map, const_names, fmt_err, fmt_num, go_cap_status, mean,
-                                 objectives_of, rows_of)
+from evaluator.objectives import BY_NAME, HELDOUT, ORDER, ranked
+from evolve.views.format import (BASELINE_PREFIX, baselines_map, cache_cells, const_names, fmt_err, fmt_num,
+                                 go_cap_status, mean, objectives_of, rows_of)
 from evolve.views.plots import pareto_figure, progress_figure, stage_errors_figure, ttft_itl_figure
-from evolve.views.tables import frontier_table, search_frontier
+from evolve.views.holdout_table import holdout_summary, split_errors
+from evolve.views.tables import ERROR_KEYS, frontier_table, search_frontier
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["sendDataToCloud"]}
 
@@ -47,14 +48,15 @@ def _plot(fig, div_id: str) -> str:
 
 
 def _table_html(rows: list[dict], chosen: int | None) -> str:
-    cols = [("id", "l"), ("run", "l"), ("gen", ""), ("operator", "l"), ("cplx", ""), ("e2e_mean", ""),
-            ("e2e_worst", ""), ("ttft_mean", ""), ("itl_mean", ""), ("step_mape", ""), ("components", "l")]
+    errs = [k for k in ERROR_KEYS if k not in HELDOUT or any(r.get(k) is not None for r in rows)]
+    cols = [("id", "l"), ("run", "l"), ("gen", ""), ("operator", "l"), ("cplx", "")] \
+        + [(BY_NAME[k].label if k in HELDOUT else k, "") for k in errs] + [("components", "l")]
     h = ["<table><thead><tr>" + "".join(f'<th class="{c}">{n}</th>' for n, c in cols) + "</tr></thead><tbody>"]
     for r in rows:
         cls = ' class="chosen"' if r["id"] == chosen else ""
         cells = [f'<a href="#p{r["id"]}">#{r["id"]}</a>', html.escape(str(r.get("run") or "")),
                  fmt_num(r.get("generation")), html.escape(str(r.get("operator") or "")), fmt_num(r.get("complexity"))]
-        cells += [fmt_err(r.get(k)) for k in ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape")]
+        cells += [fmt_err(r.get(k)) for k in errs]
         cells.append(html.escape(", ".join(r.get("components") or [])))
         h.append(f"<tr{cls}>" + "".join(f'<td class="{c}">{v}</td>' for v, (_, c) in zip(cells, cols)) + "</tr>")
     h.append("</tbody></table>")
@@ -101,10 +103,42 @@ def _program_html(rec: dict, baselines: dict[str, Any]) -> str:
                        for m, vals in sorted(consts.items()))
         parts.append(f'<p class="muted">fitted constants per model</p><table><tr><th class="l">model</th>{hdr}</tr>'
                      f"{body}</table>")
+    rows = ev.get("rows") or []
+    if rows:
+        hdr = "".join(f"<th>{c}</th>" for c in ("stage", "rate", "E2E err", "TTFT err", "ITL err", "hit rate",
+                                                 "always-hit", "evictions", "preemptions"))
+        body = "".join(
+            f'<tr><td class="l">{html.escape(str(r.get("experiment")))}</td><td>{fmt_num(r.get("stage"))}</td>'
+            f'<td>{fmt_num(r.get("rate"))}</td>'
+            + "".join(f"<td>{fmt_err(r.get(k))}</td>" for k in ("e2e_err", "ttft_err", "itl_err"))
+            + "".join(f"<td>{html.escape(c)}</td>" for c in cache_cells(r)) + "</tr>" for r in rows)
+        parts.append('<p class="muted">errors and simulated prefix cache per experiment and load stage (held-out '
+                     'part; hit rate = prompt tokens served from the cache, always-hit = what an always-hitting '
+                     f'cache would serve)</p><table class="stages"><tr><th class="l">experiment</th>{hdr}</tr>'
+                     f"{body}</table>")
+    parts.append(_holdout_html(ev))
     fig = stage_errors_figure(rec, baselines)
     if fig is not None:
         parts.append(_plot(fig, "plot-stage-errors"))
     return "".join(parts)
+
+
+def _holdout_html(ev: Mapping) -> str:
+    """Held-out errors per split kind and per split (nothing for records without them)."""
+    if not ev.get("holdout"):
+        return ""
+    body = "".join(
+        f'<tr><td class="l">{html.escape(r["kind"])}</td><td class="l">{html.escape(r["title"])}</td>'
+        + "".join(f"<td>{fmt_err(r[k])}</td>" for k in ("e2e", "e2e_worst", "ttft", "itl"))
+        + f'<td class="l bad">{html.escape("; ".join(f"{k}: {v}" for k, v in r["errors"].items()))}</td></tr>'
+        for r in holdout_summary(ev))
+    splits = "".join(f'<tr><td class="l">{html.escape(k)}</td><td>{fmt_err(v)}</td></tr>'
+                     for k, v in split_errors(ev).items())
+    return ('<p class="muted">held-out errors: constants fitted without the held-out part (the in-sample time '
+            'split first, for comparison)</p><table class="holdout"><tr><th class="l">split</th><th class="l"></th>'
+            "<th>E2E</th><th>worst E2E</th><th>TTFT</th><th>ITL</th><th class=\"l\">not scored</th></tr>"
+            f'{body}</table><table class="holdout-splits"><tr><th class="l">held out</th><th>mean E2E</th></tr>'
+            f"{splits}</table>")
 
 
 def report_html(archive, out_path, run: str | None = None, program_id: int | None = None,

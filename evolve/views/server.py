@@ -54,6 +54,7 @@ from evaluator.objectives import Caps, finite_or_none, objective_vector
 from evolve.archive import Archive
 from evolve.baselines_store import stored_baselines
 from evolve.pareto import pareto_front
+from evolve.views.holdout_table import holdout_summary, split_errors
 from evolve.views.format import BASELINE_PREFIX, clean_json, complexity_of, const_names, go_cap_status
 from evolve.views.go_view import GoView
 from evolve.views.plots import progress_series
@@ -199,6 +200,10 @@ class _App:
         rec["const_names"] = const_names(rec["source"])
         rec["go_cap"] = go_cap_status(rec)
         rec["baseline_run"] = str(rec["run_id"]).startswith(BASELINE_PREFIX)
+        ev = rec.get("evaluation") or {}
+        if ev.get("holdout"):  # the same summary `evolve show` prints
+            rec["holdout_summary"] = holdout_summary(ev)
+            rec["holdout_splits"] = split_errors(ev)
         return rec
 
     def go(self, pid: str) -> dict:

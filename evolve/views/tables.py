@@ -13,12 +13,13 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 
-from evaluator.objectives import finite_or_none, objective_vector, ranked
+from evaluator.objectives import BY_NAME, HELDOUT, finite_or_none, ranked
 from evolve.pareto import pareto_front
-from evolve.views.format import (BASELINE_PREFIX, complexity_of, const_names, fmt_err, fmt_num, go_cap_status, row_key,
-                                 rows_of)
+from evolve.views.format import (BASELINE_PREFIX, cache_cells, complexity_of, const_names, fmt_err, fmt_ms, fmt_num,
+                                 fmt_rate, fmt_us, go_cap_status, row_key, rows_of)
 
-ERROR_KEYS = ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape")
+ERROR_KEYS = (*HELDOUT, "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape")  # held-out first
+CACHE_COLUMNS = ("hit rate", "always-hit", "evictions", "preemptions")  # headers of format.cache_cells
 
 
 def search_frontier(archive, run: str | None = None) -> list[dict]:
@@ -26,8 +27,8 @@ def search_frontier(archive, run: str | None = None) -> list[dict]:
     stored baseline program would otherwise dominate programs and hide them)."""
     if run is not None:
         return archive.frontier(run)
-    items = [(r["id"], objective_vector(r.get("objectives"))) for r in archive.evaluations(None, valid_only=True)
-             if not str(r["run_id"]).startswith(BASELINE_PREFIX)]
+    items = [(r["id"], r.get("objectives") or {}) for r in archive.evaluations(None, valid_only=True)
+             if not str(r["run_id"]).startswith(BASELINE_PREFIX)]  # ranked together in one vector order
     recs = [archive.program(pid) for pid, _ in pareto_front(items, key=lambda it: it[1])]
     return sorted(recs, key=lambda r: (ranked(complexity_of(r)), ranked(r["objectives"].get("e2e_mean")), r["id"]))
 
@@ -59,14 +60,14 @@ def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto front
     t = Table(title=title, header_style="bold")
     t.add_column("id", justify="right")
     t.add_column("cplx", justify="right")
-    for k in ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape"):
-        t.add_column(k, justify="right")
+    keys = [k for k in ERROR_KEYS if k not in HELDOUT or any(r.get(k) is not None for r in rows)]
+    for k in keys:
+        t.add_column(BY_NAME[k].label if k in HELDOUT else k, justify="right")
     t.add_column("components")
     t.add_column("run")
     t.add_column("gen", justify="right")
     for r in rows:
-        t.add_row(str(r["id"]), fmt_num(r.get("complexity")), *(fmt_err(r.get(k)) for k in
-                  ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape")),
+        t.add_row(str(r["id"]), fmt_num(r.get("complexity")), *(fmt_err(r.get(k)) for k in keys),
                   ", ".join(r.get("components") or []), str(r.get("run") or ""), fmt_num(r.get("generation")))
     console.print(t)
 
@@ -115,6 +116,8 @@ def show_program(archive, program_id: int, console, baseline_rows=None) -> dict 
             t.add_column(f"{m} err", justify="right")
             if base:
                 t.add_column(f"{m} base", justify="right", style="dim")
+        for c in CACHE_COLUMNS:  # the simulated prefix cache of the same requests
+            t.add_column(c, justify="right", style="dim" if c == "always-hit" else None)
         for r in rows:
             b = base.get(row_key(r), {})
             cells = [str(r.get("experiment")), str(r.get("stage")), fmt_num(r.get("rate"))]
@@ -122,7 +125,7 @@ def show_program(archive, program_id: int, console, baseline_rows=None) -> dict 
                 cells.append(fmt_err(r.get(f"{m}_err")))
                 if base:
                     cells.append(fmt_err(b.get(f"{m}_err")) if b else "—")
-            t.add_row(*cells)
+            t.add_row(*cells, *cache_cells(r))
         console.print(t)
     steps = ev.get("steps") or {}
     if steps:
@@ -143,3 +146,48 @@ def show_program(archive, program_id: int, console, baseline_rows=None) -> dict 
                       ", ".join(map(str, a["parent_ids"])))
         console.print(t)
     return rec
+
+
+def _stage_label(r: Mapping) -> str:
+    return f"{r['model']}/{r['workload']}" if r.get("model") and r.get("workload") else str(r.get("experiment"))
+
+
+def render_breakdown(parts: Sequence[Mapping], console) -> None:
+    """`evolve evaluate --breakdown`: the rows of `Evaluator.breakdown` as two tables, where
+    the time per output token goes, and the predicted step next to the analytical components."""
+    if not parts:
+        console.print("[yellow]no breakdown (invalid evaluation or no reported stage)[/yellow]")
+        return
+    t = Table(title="Where the time goes: ms per output token on the held-out requests (simulated = decode + "
+                    "prefill + recompute + preempt + queue; predicted = simulated + request overheads)",
+              header_style="bold")
+    for c in ("experiment", "st", "rate", "measured", "predicted", "simulated", "decode", "prefill", "recompute",
+              "preempt", "queue", "overhead", "hit rate", "always-hit", "evictions", "preemptions"):
+        t.add_column(c, justify="left" if c == "experiment" else "right",
+                     style="dim" if c in ("overhead", "always-hit") else None)
+    for r in parts:
+        t.add_row(_stage_label(r), str(r["stage"]), fmt_num(r.get("rate")),
+                  *(fmt_ms(r.get(k)) for k in ("meas_itl_s", "pred_itl_s", "sim_per_token_s", "decode_s",
+                                               "prefill_s", "recompute_s", "preempt_s", "queue_s", "overhead_s")),
+                  fmt_rate(r.get("hit_rate")), fmt_rate(r.get("always_hit_rate")), fmt_num(r.get("evictions")),
+                  fmt_num(r.get("preemptions")))
+    console.print(t)
+    names = list((parts[0].get("components") or {}).keys())
+    used = set(parts[0].get("components_used") or ())
+    # the step-time components, and any raw quantity the program reads
+    cols = [k for k in names if k.startswith("t_")] + [k for k in names if not k.startswith("t_") and k in used]
+    t = Table(title="Predicted step vs analytical components: means over the simulated decode steps of the "
+                    "held-out window (us; * = read by the program)", header_style="bold")
+    for c in ("experiment", "st", "steps", "predicted step", *(k + ("*" if k in used else "") for k in cols),
+              "largest component"):
+        t.add_column(c, justify="left" if c in ("experiment", "largest component") else "right")
+    for r in parts:
+        comps = r.get("components") or {}
+        step = finite_or_none(r.get("pred_step_us"))
+        times = {k: finite_or_none(comps.get(k)) for k in cols if k.startswith("t_")}
+        times = {k: v for k, v in times.items() if v is not None}
+        top = max(times, key=times.get, default=None)
+        largest = "—" if top is None else top + (f" ({100 * times[top] / step:.0f}% of step)" if step else "")
+        t.add_row(_stage_label(r), str(r["stage"]), fmt_num(r.get("n_decode_states")), fmt_us(step),
+                  *(fmt_us(comps.get(k)) if k.startswith("t_") else fmt_num(comps.get(k)) for k in cols), largest)
+    console.print(t)

@@ -25,6 +25,9 @@ function pct(v) {
   if (!fin(v)) return "—";
   return v < 10 ? (100 * v).toPrecision(3) + "%" : v.toPrecision(3) + "×";
 }
+function rate(v) {  // a fraction in [0, 1], e.g. a cache hit rate
+  return fin(v) ? (100 * v).toFixed(1) + "%" : "—";
+}
 function num(v, d) {
   if (!fin(v)) return "—";
   if (Number.isInteger(v) && Math.abs(v) < 1e6) return String(v);
@@ -316,6 +319,8 @@ function renderProgram(rec, my) {
   const goBox = h("div", {id: "go"}, h("p", {class: "muted small"}, "generating Go…"));
   panel.replaceChildren(head, meta, kpiBox, h("h3", null, "Source"), source,
     ...(consts ? [h("h3", null, "Fitted constants per model"), consts] : []),
+    ...(rec.holdout_summary ? [h("h3", null, "Held-out errors (constants fitted without the held-out part)"),
+                               holdoutTable(rec)] : []),
     h("h3", null, "Errors per experiment and load stage (held-out part)"), errBox, errPlot,
     h("h3", null, "Go (BLIS LatencyModel)"), goBox);
   const fill = (b) => {
@@ -340,6 +345,20 @@ function renderProgram(rec, my) {
   }).catch((e) => { if (my === S.token) goBox.replaceChildren(h("div", {class: "refuse"}, "error: " + e.message)); });
 }
 
+function holdoutTable(rec) {  // rec.holdout_summary / holdout_splits: evolve.views.holdout_table
+  const hd = h("tr", null, ["split", "", "E2E", "worst E2E", "TTFT", "ITL", "not scored"].map((c, i) =>
+    h("th", i < 2 || i === 6 ? {class: "l"} : null, c)));
+  const rows = rec.holdout_summary.map((r) => h("tr", null, h("td", {class: "l"}, r.kind), h("td", {class: "l muted"}, r.title),
+    ["e2e", "e2e_worst", "ttft", "itl"].map((k) => h("td", null, pct(r[k]))),
+    h("td", {class: "l err"}, Object.entries(r.errors || {}).map(([k, v]) => `${k}: ${v}`).join("; "))));
+  const splits = Object.entries(rec.holdout_splits || {}).map(([k, v]) => h("tr", null, h("td", {class: "l"}, k),
+    h("td", null, pct(v))));
+  return h("div", {class: "tw", id: "holdout"},
+    h("table", null, h("thead", null, hd), h("tbody", null, rows)),
+    h("table", null, h("thead", null, h("tr", null, h("th", {class: "l"}, "held out"), h("th", null, "mean E2E"))),
+      h("tbody", null, splits)));
+}
+
 function constTable(rec, ev) {
   const consts = ev.constants || {};
   const models = Object.keys(consts).sort();
@@ -358,8 +377,12 @@ function errorTable(rows, bname, bev, loading) {
   const key = (r) => `${r.experiment}|${r.stage}`;
   const bmap = new Map(((bev && bev.rows) || []).map((r) => [key(r), r]));
   const hd1 = h("tr", null, h("th", {class: "l", rowspan: 2}, "experiment"), h("th", {rowspan: 2}, "stage"),
-    h("th", {rowspan: 2}, "rate"), ["E2E", "TTFT", "ITL"].map((m) => h("th", {colspan: 2, style: "text-align:center"}, m)));
-  const hd2 = h("tr", null, ["E2E", "TTFT", "ITL"].map(() => [h("th", null, "this"), h("th", null, "base")]));
+    h("th", {rowspan: 2}, "rate"), ["E2E", "TTFT", "ITL"].map((m) => h("th", {colspan: 2, style: "text-align:center"}, m)),
+    h("th", {colspan: 4, style: "text-align:center", title: "the simulated prefix cache of the same requests"}, "prefix cache"));
+  const hd2 = h("tr", null, ["E2E", "TTFT", "ITL"].map(() => [h("th", null, "this"), h("th", null, "base")]),
+    h("th", {title: "prompt tokens served from the cache"}, "hit rate"),
+    h("th", {title: "what an always-hitting cache would serve"}, "always-hit"),
+    h("th", {title: "cached blocks evicted"}, "evictions"), h("th", {title: "times these requests were preempted"}, "preemptions"));
   const body = rows.map((r) => {
     const b = bmap.get(key(r));
     const cells = [];
@@ -370,8 +393,11 @@ function errorTable(rows, bname, bev, loading) {
       cells.push(h("td", {class: cls}, pct(v)), h("td", {class: "b"}, b ? pct(bv) : "—"));
     }
     const label = r.model && r.workload ? `${r.model} · ${r.workload}` : String(r.experiment);
+    // prefix-cache columns: "—" for rows stored before the judge recorded them
+    const cache = [h("td", {class: "hit"}, rate(r.hit_rate)), h("td", {class: "b"}, rate(r.always_hit_rate)),
+      h("td", null, num(r.evictions)), h("td", null, num(r.preemptions))];
     return h("tr", null, h("td", {class: "l", title: String(r.experiment)}, label), h("td", null, num(r.stage)),
-      h("td", null, num(r.rate, 3)), cells);
+      h("td", null, num(r.rate, 3)), cells, cache);
   });
   const note = bname ? `“base” is the baseline ${bname} (lowest mean E2E error of the baselines); green: this program is better, red: worse.`
     : (loading ? "“base”: the best baseline, being computed (once per run, ~10–20 s)…" : "no valid baseline to compare with");

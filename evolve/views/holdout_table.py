@@ -1,0 +1,85 @@
+"""Held-out errors beside the in-sample ones, as rich tables and plain rows.
+
+Read from `Evaluation.holdout` / an archive record's "holdout" (evaluator.holdout): per kind,
+mean and worst E2E, mean TTFT and per-token error over its held-out stages, and per split the
+mean E2E error, so a reader sees which workload, model or load the program fails to reach.
+Records written before the held-out splits existed have none: every cell is then "-".
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.table import Table
+
+from evaluator.holdout import KINDS, PREFIX, TITLE
+from evolve.views.format import fmt_err
+
+KIND_LABEL = {"workload": "LOWO", "model": "LOMO", "load": "high load"}
+
+
+def _get(rec, key: str):
+    return rec.get(key) if isinstance(rec, Mapping) else getattr(rec, key, None)
+
+
+def holdout_summary(rec) -> list[dict]:
+    """One row per split kind: kind, title, e2e, e2e_worst, ttft, itl (None where missing),
+    and the splits that could not be scored ({split: why})."""
+    blocks = _get(rec, "holdout") or {}
+    objectives = _get(rec, "objectives") or {}
+    out = [{"kind": "in-sample", "title": "time split (last 30% of each stage)",
+            "e2e": objectives.get("e2e_mean"), "e2e_worst": objectives.get("e2e_worst"),
+            "ttft": objectives.get("ttft_mean"), "itl": objectives.get("itl_mean"), "errors": {}}]
+    for kind in KINDS:
+        b = blocks.get(kind) or {}
+        o, p = b.get("objectives") or {}, PREFIX[kind]
+        out.append({"kind": KIND_LABEL[kind], "title": TITLE[kind], "e2e": o.get(f"{p}_e2e"),
+                    "e2e_worst": o.get(f"{p}_e2e_worst"), "ttft": o.get(f"{p}_ttft"), "itl": o.get(f"{p}_itl"),
+                    "errors": dict(b.get("errors") or {})})
+    return out
+
+
+def split_errors(rec) -> dict[str, float]:
+    """Mean E2E error per split label ("model:llama-2-7b", "load", ...), in kind order."""
+    blocks = _get(rec, "holdout") or {}
+    out: dict[str, float] = {}
+    for kind in KINDS:
+        rows = (blocks.get(kind) or {}).get("rows") or []
+        by: dict[str, list[float]] = {}
+        for r in rows:
+            by.setdefault(r["split"], []).append(r["e2e_err"])
+        out.update({k: sum(v) / len(v) for k, v in by.items()})
+        for label in (blocks.get(kind) or {}).get("errors") or {}:
+            out[label] = float("inf")
+    return out
+
+
+def holdout_table(named: Mapping[str, object], title: str = "Held-out errors (mean E2E / worst E2E / TTFT / ITL)") -> Table:
+    """Programs (name -> Evaluation or archive record) side by side, one row per split kind."""
+    t = Table(title=title)
+    t.add_column("split")
+    for name in named:
+        t.add_column(str(name), justify="right")
+    summaries = {n: holdout_summary(r) for n, r in named.items()}
+    for i, kind in enumerate(["in-sample", *(KIND_LABEL[k] for k in KINDS)]):
+        cells = []
+        for n in named:
+            row = summaries[n][i]
+            cell = " / ".join(fmt_err(row[k]) for k in ("e2e", "e2e_worst", "ttft", "itl"))
+            if row["errors"]:
+                cell += f"\n(invalid on {', '.join(sorted(row['errors']))})"
+            cells.append(cell)
+        t.add_row(kind, *cells)
+    return t
+
+
+def split_table(named: Mapping[str, object]) -> Table:
+    """Mean E2E error per held-out split, programs side by side."""
+    per = {n: split_errors(r) for n, r in named.items()}
+    labels = list(dict.fromkeys(k for v in per.values() for k in v))
+    t = Table(title="Mean E2E error per held-out split")
+    t.add_column("held out")
+    for n in named:
+        t.add_column(str(n), justify="right")
+    for label in labels:
+        t.add_row(label, *(fmt_err(per[n].get(label)) for n in named))
+    return t

@@ -1,0 +1,177 @@
+"""Held-out splits (evaluator.holdout): which data each split fits on and scores, that nothing
+of the held-out part reaches the fit, and the objectives the search ranks on."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from evaluator.data import load
+from evaluator.evaluate import Evaluator
+from evaluator.holdout import KINDS, PREFIX, holdout_scores, make_split, splits_of
+from evaluator.objectives import HELDOUT, HELDOUT_ORDER, IN_SAMPLE_ORDER, objective_vector, selection_loss, vector_order
+from evaluator.program import parse_program
+from evaluator.records import Evaluation
+from evolve.pareto import pareto_front
+from seeds import seed_sources
+
+
+@pytest.fixture(scope="module")
+def gt():
+    return load(None)  # the embedded default: 4 models x 3 workloads, stage summaries
+
+
+@pytest.fixture(scope="module")
+def ev(gt):
+    e = Evaluator(gt)
+    e.reference_states()
+    return e
+
+
+@pytest.fixture(scope="module")
+def roofline():
+    return parse_program(seed_sources()["roofline"])
+
+
+@pytest.fixture(scope="module")
+def scored(ev, roofline):
+    return ev.evaluate(roofline, heldout=True)
+
+
+# ---------------------------------------------------------------- the splits themselves
+
+def test_workload_and_model_splits_partition_the_experiments(gt):
+    exps = gt.experiments
+    for kind in ("workload", "model"):
+        splits = splits_of(exps, kind)
+        names = {(e.workload if kind == "workload" else e.model) for e in exps}
+        assert {s.value for s in splits} == names
+        for s in splits:
+            assert set(s.fit).isdisjoint(s.report)
+            assert set(s.fit) | set(s.report) == {e.id for e in exps}
+            held = {e.id for e in exps if (e.workload if kind == "workload" else e.model) == s.value}
+            assert set(s.report) == held
+            assert s.global_fit == (kind == "model")
+        # every experiment is held out exactly once
+        assert sorted(i for s in splits for i in s.report) == sorted(e.id for e in exps)
+
+
+def test_load_split_fits_the_lowest_rate_stage_and_scores_the_others(gt):
+    s = make_split(gt.experiments, "load")
+    multi = [e for e in gt.experiments if len(e.stages) > 1]
+    assert set(s.fit) == set(s.report) == {e.id for e in multi}
+    for e in multi:
+        low = min(e.stages, key=lambda st: st.rate)
+        assert s.fit[e.id] == (low.index,)
+        assert set(s.report[e.id]) == {st.index for st in e.stages} - {low.index}
+        assert all(st.rate > low.rate for st in e.stages if st.index in s.report[e.id])
+
+
+@pytest.mark.parametrize("kind,value,msg", [("nope", None, "holdout kind"), ("model", "gpt-9", "no experiment with model"),
+                                            ("workload", None, "no experiment with workload")])
+def test_bad_split_names_what_is_wrong(gt, kind, value, msg):
+    with pytest.raises(ValueError, match=msg):
+        make_split(gt.experiments, kind, value)
+
+
+def test_one_workload_cannot_be_left_out(gt):
+    one = [e for e in gt.experiments if e.workload == "general"]
+    assert splits_of(one, "workload") == []
+    single_stage = [e for e in gt.experiments if len(e.stages) == 1]
+    assert splits_of(single_stage, "load") == []
+
+
+# ---------------------------------------------------------------- scoring
+
+def test_heldout_objectives_rows_and_json(scored, gt):
+    assert scored.valid, scored.error
+    for kind in KINDS:
+        block = scored.holdout[kind]
+        assert not block["errors"]
+        name = f"{PREFIX[kind]}_e2e"
+        assert math.isfinite(scored.objectives[name]) and scored.objectives[name] >= 0
+        assert scored.objectives[name] == pytest.approx(np.mean([r["e2e_err"] for r in block["rows"]]))
+        assert block["objectives"][f"{PREFIX[kind]}_e2e_worst"] >= block["objectives"][name]
+        for r in block["rows"]:
+            split = make_split(gt.experiments, *r["split"].split(":")) if ":" in r["split"] \
+                else make_split(gt.experiments, "load")
+            assert r["stage"] in split.report[r["experiment"]], r  # only held-out stages are scored
+    assert set(scored.holdout["model"]["constants"]["model:llama-2-7b"]) == {"*"}  # one vector for all models
+    json.dumps(scored.holdout, allow_nan=False)  # all finite here: strict JSON
+    back = Evaluation.from_json(json.loads(json.dumps(scored.to_json())))  # one converter each way
+    assert back.holdout["load"]["rows"] == scored.holdout["load"]["rows"]
+    # the in-sample part is unchanged by scoring the held-out splits
+    plain = Evaluator(gt).evaluate(parse_program(seed_sources()["roofline"]))
+    for k in IN_SAMPLE_ORDER:
+        assert plain.objectives[k] == pytest.approx(scored.objectives[k], rel=1e-12, nan_ok=True)
+
+
+def test_fit_never_sees_the_held_out_part(gt, roofline):
+    """Change every measurement of the held-out part: the split's fitted constants must not move
+    (and its errors must, since they are scored against those measurements)."""
+    ev = Evaluator(gt)
+    cases = [("workload", "general", lambda e, s: e.workload == "general"),
+             ("model", "llama-2-7b", lambda e, s: e.model == "llama-2-7b"),
+             ("load", None, lambda e, s: len(e.stages) > 1 and s.index != min(e.stages, key=lambda x: x.rate).index)]
+    for kind, value, held in cases:
+        split = make_split(gt.experiments, kind, value)
+        base = ev.for_split(split).evaluate(roofline, refine=False)
+        gt2 = copy.deepcopy(gt)
+        for e in gt2.experiments:
+            e.stages = [replace(s, itl_s=s.itl_s * 1.7, e2e_s=s.e2e_s * 1.7, ttft_s=s.ttft_s * 3) if held(e, s) else s
+                        for s in e.stages]
+        moved = Evaluator(gt2).for_split(make_split(gt2.experiments, kind, value)).evaluate(roofline, refine=False)
+        assert base.valid and moved.valid
+        for k in base.constants:
+            np.testing.assert_allclose(moved.constants[k], base.constants[k], rtol=1e-9, err_msg=f"{kind} leaks")
+        assert moved.objectives["e2e_mean"] != pytest.approx(base.objectives["e2e_mean"], rel=1e-3)
+
+
+def test_a_failing_split_makes_the_objective_infinite(ev, roofline, scored):
+    """A split that cannot be scored ranks as invalid, with its reason kept."""
+    broken = Evaluation(valid=True, overheads={}, objectives=dict(scored.objectives))
+    out = holdout_scores(ev, roofline, broken)  # LOMO then simulates the fitted models too
+    assert math.isfinite(out.objectives["lomo_e2e"])
+    bad = holdout_scores(ev, parse_program("def predict_step_time(D):\n    return -1.0 * D\n"), scored)
+    for kind in KINDS:
+        assert bad.objectives[f"{PREFIX[kind]}_e2e"] == math.inf
+        assert bad.holdout[kind]["errors"]
+
+
+# ---------------------------------------------------------------- ranking
+
+def test_ranking_uses_heldout_errors_when_every_record_has_them():
+    a = {"e2e_mean": 0.01, "complexity": 5, "lowo_e2e": 0.5, "lomo_e2e": 0.5, "load_e2e": 0.5}
+    b = {"e2e_mean": 0.20, "complexity": 5, "lowo_e2e": 0.1, "lomo_e2e": 0.1, "load_e2e": 0.1}
+    assert vector_order([a, b]) == HELDOUT_ORDER
+    assert pareto_front([a, b]) == [b]  # in-sample accuracy alone does not win
+    assert selection_loss(b) < selection_loss(a)
+    c = {"e2e_mean": 0.01, "complexity": 5}
+    assert vector_order([a, c]) == IN_SAMPLE_ORDER  # mixed: rank on what all of them have
+    assert len(objective_vector(a)) == len(HELDOUT) + 1
+    assert pareto_front([a, c]) == [a, c]
+
+
+# ---------------------------------------------------------------- the command line
+
+def test_cli_evaluate_holdout_one_kind_strict_json(capsys):
+    from evolve.cli import main as cli_main
+    assert cli_main(["evaluate", "seeds/roofline.py", "--holdout", "load", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+    assert set(out["holdout"]) == {"load"}
+    assert out["objectives"]["load_e2e"] == pytest.approx(out["holdout"]["load"]["objectives"]["load_e2e"])
+    assert all(r["split"] == "load" and r["stage"] >= 1 for r in out["holdout"]["load"]["rows"])
+    with pytest.raises(SystemExit):
+        cli_main(["evaluate", "seeds/roofline.py", "--holdout", "moon"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_cli_baselines_holdout_table(capsys):
+    from evolve.cli import main as cli_main
+    assert cli_main(["baselines", "--holdout"]) == 0
+    text = capsys.readouterr().out
+    assert "Held-out errors" in text and "LOMO" in text and "model:llama-2-7b" in text
