@@ -121,10 +121,10 @@ def score_kind(evaluator, program, kind: str, main=None, fit: bool = True, overh
             "rows": rows, "errors": errors, "constants": constants}
 
 
-def holdout_scores(evaluator, program, main, fit: bool = True, overheads: dict | None = None):
-    """`main` (an in-sample Evaluation) with every held-out kind scored: objectives
+def holdout_scores(evaluator, program, main, fit: bool = True, overheads: dict | None = None, kinds=KINDS):
+    """`main` (an in-sample Evaluation) with the held-out `kinds` scored: objectives
     `lowo_e2e`, `lomo_e2e`, `load_e2e` added and the per-kind detail in `holdout`."""
-    blocks = {kind: score_kind(evaluator, program, kind, main, fit, overheads) for kind in KINDS}
+    blocks = {kind: score_kind(evaluator, program, kind, main, fit, overheads) for kind in kinds}
     objectives = dict(main.objectives)
     for kind, b in blocks.items():
         objectives[f"{PREFIX[kind]}_e2e"] = b["objectives"][f"{PREFIX[kind]}_e2e"]

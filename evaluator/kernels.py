@@ -227,28 +227,6 @@ def fill_along_batch(v: np.ndarray, batch: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- interpolation (numba, Go-portable)
 
 @numba.njit(cache=True)
-def lin1(flat, off, x):
-    """1-D table at `off`: linear between knots, first value below, proportional above."""
-    n = int(flat[off])
-    xs = off + 1
-    ys = off + 1 + n
-    if x <= flat[xs]:
-        return flat[ys]
-    if x >= flat[xs + n - 1]:
-        return flat[ys + n - 1] * x / flat[xs + n - 1]
-    lo = 0
-    hi = n - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if flat[xs + mid] <= x:
-            lo = mid
-        else:
-            hi = mid
-    w = (x - flat[xs + lo]) / (flat[xs + hi] - flat[xs + lo])
-    return flat[ys + lo] + w * (flat[ys + hi] - flat[ys + lo])
-
-
-@numba.njit(cache=True)
 def _bracket(flat, start, n, x):
     """Knot pair (lo, hi) and weight for x clamped to [knot_0, knot_n-1]."""
     if x <= flat[start]:
@@ -264,6 +242,20 @@ def _bracket(flat, start, n, x):
         else:
             hi = mid
     return lo, hi, (x - flat[start + lo]) / (flat[start + hi] - flat[start + lo])
+
+
+@numba.njit(cache=True)
+def lin1(flat, off, x):
+    """1-D table at `off`: linear between knots, first value below, proportional above."""
+    n = int(flat[off])
+    xs = off + 1
+    ys = off + 1 + n
+    if x <= flat[xs]:
+        return flat[ys]
+    if x >= flat[xs + n - 1]:
+        return flat[ys + n - 1] * x / flat[xs + n - 1]
+    lo, hi, w = _bracket(flat, xs, n, x)
+    return flat[ys + lo] + w * (flat[ys + hi] - flat[ys + lo])
 
 
 @numba.njit(cache=True)

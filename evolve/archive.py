@@ -218,6 +218,13 @@ def make_engine(path: str | os.PathLike, echo: bool = False):
 
 # ---------------------------------------------------------------- helpers
 
+def _absent_columns(conn) -> list[tuple[str, str, str]]:
+    """ADDED_COLUMNS an existing archive lacks (none when its tables do not exist yet)."""
+    have = {(t, r[1]) for t in {t for t, _, _ in ADDED_COLUMNS}
+            for r in conn.exec_driver_sql(f"PRAGMA table_info({t})")}
+    return [a for a in ADDED_COLUMNS if have and (a[0], a[1]) not in have]
+
+
 def _as_evaluation(evaluation) -> Evaluation:
     """The typed record; a JSON dict (a worker's reply, an archive record) goes through the
     one converter, `Evaluation.from_json`."""
@@ -329,20 +336,16 @@ class Archive:
         self.engine  # noqa: B018 - ensures the reader exists in this process
         return Session(self._reader, expire_on_commit=False)
 
-    def _missing_columns(self) -> list[str]:
+    def _missing_columns(self) -> list[tuple[str, str, str]]:
         self.engine  # noqa: B018 - builds the reader: a deferred transaction, never waiting on a writer
         with self._reader.connect() as conn:
-            have = {(t, r[1]) for t in {t for t, _, _ in ADDED_COLUMNS}
-                    for r in conn.exec_driver_sql(f"PRAGMA table_info({t})")}
-        return [c for t, c, _ in ADDED_COLUMNS if have and (t, c) not in have]
+            return _absent_columns(conn)
 
     def _ensure_schema(self) -> None:
         with self.engine.begin() as conn:  # BEGIN IMMEDIATE: concurrent creators serialise
             Base.metadata.create_all(conn)
-            for table, column, sql_type in ADDED_COLUMNS:
-                have = {r[1] for r in conn.exec_driver_sql(f"PRAGMA table_info({table})")}
-                if column not in have:
-                    conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
+            for table, column, sql_type in _absent_columns(conn):
+                conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
             conn.exec_driver_sql(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:

@@ -5,7 +5,6 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ from evaluator.evaluate import Evaluator
 from evaluator.ingest import IngestError, ingest_request_lifecycle, ingest_step_traces, write_ground_truth
 from evaluator.objectives import Caps, finite_or_none, ranked
 from evaluator.program import ProgramError, parse_program
-from evaluator.holdout import KINDS, PREFIX, score_kind
+from evaluator.holdout import KINDS, holdout_scores
 from evolve.archive import Archive, ArchiveError
 from evolve.baselines_store import stored_baselines
 from evolve.config import RunConfig, config_from_args
@@ -132,10 +131,7 @@ def cmd_evaluate(args) -> int:
     ev = Evaluator(gt, train_fraction=args.train_fraction)
     res = ev.evaluate(prog)
     if args.holdout and res.valid:  # --holdout [KIND]: every kind, or the one asked for
-        kinds = KINDS if args.holdout == "all" else (args.holdout,)
-        blocks = {k: score_kind(ev, prog, k, res) for k in kinds}
-        res = replace(res, holdout=blocks, objectives={**res.objectives, **{
-            f"{PREFIX[k]}_e2e": b["objectives"][f"{PREFIX[k]}_e2e"] for k, b in blocks.items()}})
+        res = holdout_scores(ev, prog, res, kinds=KINDS if args.holdout == "all" else (args.holdout,))
     # --breakdown: the reported experiments simulated again with the fitted constants
     parts = ev.breakdown(prog, res) if args.breakdown and res.valid else None
     if args.json:

@@ -22,7 +22,7 @@ from evolve.views.format import (BASELINE_PREFIX, baselines_map, cache_cells, co
                                  go_cap_status, mean, objectives_of, rows_of)
 from evolve.views.plots import pareto_figure, progress_figure, stage_errors_figure, ttft_itl_figure
 from evolve.views.holdout_table import holdout_summary, split_errors
-from evolve.views.tables import ERROR_KEYS, frontier_table, search_frontier
+from evolve.views.tables import frontier_table, search_frontier, shown_error_keys
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["sendDataToCloud"]}
 
@@ -48,7 +48,7 @@ def _plot(fig, div_id: str) -> str:
 
 
 def _table_html(rows: list[dict], chosen: int | None) -> str:
-    errs = [k for k in ERROR_KEYS if k not in HELDOUT or any(r.get(k) is not None for r in rows)]
+    errs = shown_error_keys(rows)
     cols = [("id", "l"), ("run", "l"), ("gen", ""), ("operator", "l"), ("cplx", "")] \
         + [(BY_NAME[k].label if k in HELDOUT else k, "") for k in errs] + [("components", "l")]
     h = ["<table><thead><tr>" + "".join(f'<th class="{c}">{n}</th>' for n, c in cols) + "</tr></thead><tbody>"]

@@ -22,6 +22,11 @@ ERROR_KEYS = (*HELDOUT, "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_
 CACHE_COLUMNS = ("hit rate", "always-hit", "evictions", "preemptions")  # headers of format.cache_cells
 
 
+def shown_error_keys(rows) -> list[str]:
+    """ERROR_KEYS of a frontier table, without held-out columns no row has (older runs)."""
+    return [k for k in ERROR_KEYS if k not in HELDOUT or any(r.get(k) is not None for r in rows)]
+
+
 def search_frontier(archive, run: str | None = None) -> list[dict]:
     """Frontier records of `run`; over all runs, the Pareto front of the search runs alone (a
     stored baseline program would otherwise dominate programs and hide them)."""
@@ -60,7 +65,7 @@ def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto front
     t = Table(title=title, header_style="bold")
     t.add_column("id", justify="right")
     t.add_column("cplx", justify="right")
-    keys = [k for k in ERROR_KEYS if k not in HELDOUT or any(r.get(k) is not None for r in rows)]
+    keys = shown_error_keys(rows)
     for k in keys:
         t.add_column(BY_NAME[k].label if k in HELDOUT else k, justify="right")
     t.add_column("components")
