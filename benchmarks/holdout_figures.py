@@ -1,0 +1,59 @@
+"""Held-out figures of the seeds and baselines, and the cost of a full evaluation with them.
+
+Run: .venv/bin/python benchmarks/holdout_figures.py [--data DIR]
+Prints, per program, mean / worst E2E, TTFT and per-token error in % on the in-sample time split
+and under leave-one-workload-out, leave-one-model-out and leave-high-load-out, the LOMO error per
+held-out model, and seconds per full evaluation without and with the held-out splits (seeds).
+Asserts nothing (figures, not tests).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from evaluator.baselines import BASELINES, evaluate_baseline
+from evaluator.data import load
+from evaluator.evaluate import Evaluator
+from evaluator.program import parse_program
+from evolve.views.holdout_table import holdout_summary, split_errors
+from seeds import seed_sources
+
+
+def _cells(ev) -> str:
+    def f(r):
+        return "/".join("inv" if r[k] is None or r[k] == float("inf") else f"{100 * r[k]:.1f}"
+                        for k in ("e2e", "e2e_worst", "ttft", "itl"))
+    rows = {r["kind"]: f(r) for r in holdout_summary(ev)}
+    lomo = {k: round(100 * v, 1) for k, v in split_errors(ev).items() if k.startswith("model:")}
+    return " | ".join(f"{k} {v}" for k, v in rows.items()) + f" | LOMO per model {lomo}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", default=None, help="ground-truth dir (default: the embedded default)")
+    args = ap.parse_args()
+    gt = load(args.data)
+    t = time.perf_counter()
+    ev = Evaluator(gt)
+    ev.reference_states()
+    print(f"reference states {time.perf_counter() - t:.1f} s")
+    t = time.perf_counter()
+    ev.split_reference(False)
+    ev.split_reference(True)
+    print(f"held-out reference states {time.perf_counter() - t:.1f} s")
+    for name, src in sorted(seed_sources().items()):
+        p = parse_program(src)
+        t = time.perf_counter()
+        ev.evaluate(p)
+        t_full = time.perf_counter() - t
+        t = time.perf_counter()
+        res = ev.evaluate(p, heldout=True)
+        print(f"seed {name}: full {t_full:.2f} s, with held-out {time.perf_counter() - t:.2f} s | {_cells(res)}")
+    ev.holdout_objectives = True
+    for name in BASELINES:
+        res = evaluate_baseline(ev, name)
+        print(f"baseline {name}: {_cells(res)}" + (f" (invalid: {res.error})" if not res.valid else ""))
+
+
+if __name__ == "__main__":
+    main()
