@@ -48,7 +48,7 @@ def main() -> None:
     print(f"candidate compile: {1000 * (time.perf_counter() - t0) / len(progs):.0f} ms per program")
 
     # one predictor, fixed constants: simulation of all experiments + per-step scoring
-    p = parse_program(seed_sources()["blackbox"])
+    p = parse_program(seed_sources()["roofline"])
     fitted = ev.evaluate(p)
     f = p.compiled()
     lru_wl = dict(ev.wl)

@@ -4,11 +4,15 @@ Run: .venv/bin/python benchmarks/holdout_figures.py [--data DIR]
 Prints, per program, mean / worst E2E, TTFT and per-token error in % on the in-sample time split
 and under leave-one-workload-out, leave-one-model-out and leave-high-load-out, the LOMO error per
 held-out model, and seconds per full evaluation without and with the held-out splits (seeds).
+--always-hit replays every prompt seen before as a cache hit (the simulator before vLLM's LRU
+block pool, issue 17's "before"); the default is the faithful pool. --focus names experiments
+(substring) whose in-sample stage rows are printed too (default: llama-2-7b general).
 Asserts nothing (figures, not tests).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from evaluator.baselines import BASELINES, evaluate_baseline
@@ -28,13 +32,26 @@ def _cells(ev) -> str:
     return " | ".join(f"{k} {v}" for k, v in rows.items()) + f" | LOMO per model {lomo}"
 
 
+def _focus(ev, needle: str) -> str:
+    """In-sample E2E / TTFT / per-token error (%) of the focus experiment's reported stages."""
+    cells = [f"stage {r['stage']} {100 * r['e2e_err']:.1f}/{100 * r['ttft_err']:.1f}/{100 * r['itl_err']:.1f}"
+             f" hit {r.get('hit_rate', float('nan')):.2f}"
+             for r in ev.rows if needle in r["experiment"]]
+    return f"    {needle} in-sample (E2E/TTFT/ITL %): " + ("; ".join(cells) or "-")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", default=None, help="ground-truth dir (default: the embedded default)")
+    ap.add_argument("--always-hit", action="store_true", help="prompts seen before always hit the cache")
+    ap.add_argument("--focus", default="llama-2-7b-tp1-general")
     args = ap.parse_args()
     gt = load(args.data)
     t = time.perf_counter()
     ev = Evaluator(gt)
+    if args.always_hit:
+        ev.wl = {k: dataclasses.replace(w, prompt_id=None, group_id=None) for k, w in ev.wl.items()}
+    print("prefix cache:", "always-hit" if args.always_hit else "vLLM LRU block pool")
     ev.reference_states()
     print(f"reference states {time.perf_counter() - t:.1f} s")
     t = time.perf_counter()
@@ -49,10 +66,12 @@ def main() -> None:
         t = time.perf_counter()
         res = ev.evaluate(p, heldout=True)
         print(f"seed {name}: full {t_full:.2f} s, with held-out {time.perf_counter() - t:.2f} s | {_cells(res)}")
+        print(_focus(res, args.focus))
     ev.holdout_objectives = True
     for name in BASELINES:
         res = evaluate_baseline(ev, name)
         print(f"baseline {name}: {_cells(res)}" + (f" (invalid: {res.error})" if not res.valid else ""))
+        print(_focus(res, args.focus))
 
 
 if __name__ == "__main__":

@@ -7,21 +7,12 @@
 """
 from __future__ import annotations
 
+from evaluator.blis_models import BLACKBOX_SOURCE, ROOFLINE_SOURCE
 from evaluator.evaluate import Evaluator
 from evaluator.program import Program, parse_program
 from evaluator.records import Evaluation
 from seeds import seed_sources
 
-ROOFLINE_SOURCE = '''"""Uncalibrated roofline with BLIS's constants: max(compute, memory / efficiency) + per-layer overhead."""
-BW_EFFICIENCY = 0.82
-PER_LAYER_US = 100.0
-
-
-def predict_step_time(t_prefill_gemm, t_prefill_attn, t_decode_gemm, t_decode_kv, t_weights, layers):
-    compute = t_prefill_gemm + t_prefill_attn + t_decode_gemm
-    memory = (t_weights + t_decode_kv) / BW_EFFICIENCY
-    return max(compute, memory) + PER_LAYER_US * layers
-'''
 
 BASELINES = ("blackbox", "roofline", "linear_physics")
 
@@ -29,6 +20,8 @@ BASELINES = ("blackbox", "roofline", "linear_physics")
 def baseline_program(name: str) -> Program:
     if name == "roofline":
         return parse_program(ROOFLINE_SOURCE)
+    if name == "blackbox":
+        return parse_program(BLACKBOX_SOURCE)
     return parse_program(seed_sources()[name])
 
 

@@ -18,12 +18,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from evaluator.components import COMPONENTS
+from evaluator import physics
+from evaluator.components import COMPONENT_INDEX, COMPONENTS
 from evaluator.data import GroundTruth, per_token_time
 from evaluator.holdout import Split, holdout_scores, make_split
 from evaluator.fitting import (MAX_STATES_PER_STAGE, Overheads, StageStates, fit_constants, fit_overheads,
                                states_to_components, subsample)
 from evaluator.objectives import selection_loss
+from evaluator.identify import program_identifiability
 from evaluator.program import parse_program
 from evaluator.records import Evaluation, StageScore
 from evaluator.simulator import (BREAKDOWN_PARTS, SimResult, cache_stats_by_stage, simulate,
@@ -35,9 +37,12 @@ from seeds import seed_sources
 MAX_STEPS = 5_000_000
 RUNAWAY_FACTOR = 5
 RUNAWAY_MIN_STEPS = 500_000
+REFERENCE_SEED = "roofline"  # the physical program whose calibrated states seed every fit
+IDENTIFY_ROWS = 5000  # evenly spaced fitting states for the identifiability report (~20 ms a group)
 
-def _edge_states(kv_tokens: float) -> np.ndarray:
-    """A grid of batch states at the edges of what a simulation can visit."""
+def _edge_states(kv_tokens: float, max_len: float = physics.DEFAULT_MAX_MODEL_LEN) -> np.ndarray:
+    """A grid of batch states at the edges of what a simulation can visit: KV held from one
+    block up to what the batch can hold (the cache, or every request at max_model_len)."""
     out = []
     for P in (0, 1, 16, 256, 2048):
         for n_p in (0, 1, 8):
@@ -46,7 +51,8 @@ def _edge_states(kv_tokens: float) -> np.ndarray:
             for D in (0, 1, 8, 64, 128 - n_p):
                 if P + D == 0:
                     continue
-                for K in (16.0, 1e4, 1e5, kv_tokens):
+                most = min(kv_tokens, (n_p + D) * max_len)
+                for K in sorted({min(k, most) for k in (16.0, 1e4, 1e5, kv_tokens)}):
                     out.append((P, D, n_p, D, n_p + D, K, 0.0))
     return np.array(out, np.float64)
 
@@ -66,6 +72,7 @@ class Evaluator:
         self.train_mask = {e.id: self._train_mask(e) for e in self.all_exps}
         self.holdout_objectives = holdout_objectives
         self._reference: dict[str, np.ndarray] | None = None
+        self._grids: dict[str, np.ndarray] | None = None
         self._splits: dict[tuple, "Evaluator"] = {}  # held-out views of this evaluator, made once
         self._split_refs: dict[str, dict[str, np.ndarray]] = {}  # their reference states
         if holdout is not None and not isinstance(holdout, Split):
@@ -83,6 +90,7 @@ class Evaluator:
             self.fit_exps = [e for e in self.all_exps if e.id in split.fit]
             self.report_exps = [e for e in self.all_exps if e.id in split.report]
         self._probe_cache: dict[str, np.ndarray] = {}
+        self._cons_cache: dict[str, physics.Constraints] = {}
 
     def for_split(self, split: Split, simulate_fit: bool = True) -> "Evaluator":
         """A view of this evaluator under `split`, sharing its workloads, step rows and
@@ -159,7 +167,8 @@ class Evaluator:
     def _state_probes(self, e, states: np.ndarray) -> np.ndarray:
         """Components of a subsample of recorded states plus the edge grid of one experiment."""
         st = states[subsample(len(states), 1000)]
-        return states_to_components(np.vstack([st, _edge_states(e.kv_blocks * e.block_size)]), self.mv[e.id])
+        edges = _edge_states(e.kv_blocks * e.block_size, getattr(e, "max_model_len", physics.DEFAULT_MAX_MODEL_LEN))
+        return states_to_components(np.vstack([st, edges]), self.mv[e.id])
 
     def _probes(self, group_exps) -> np.ndarray:
         """Component rows covering what a simulation of these experiments visits."""
@@ -167,14 +176,16 @@ class Evaluator:
         parts = [self._state_probes(e, ref[e.id]) for e in group_exps]
         for rows in self._rows_for(group_exps):
             parts.append(rows.X)  # all of them: validity is checked on every real row
-        return np.ascontiguousarray(np.vstack(parts))
+        X = np.vstack(parts)
+        work = X[:, COMPONENT_INDEX["P"]] + X[:, COMPONENT_INDEX["D"]]
+        return np.ascontiguousarray(X[work > 0])  # a row that computes no token has no floor to hold
 
     def _rows_for(self, group_exps) -> list:
         models = {e.model for e in group_exps}
         return [self.step_rows[m] for m in sorted(models) if m in self.step_rows]
 
     def reference_states(self) -> dict[str, np.ndarray]:
-        """Batch states from a calibrated blackbox simulation, computed once per evaluator."""
+        """Batch states from a calibrated roofline-seed simulation, computed once per evaluator."""
         if self._reference is None:
             groups = self._groups()
             self._reference = self._calibrated_states(groups, {e.id: k for k, ex in groups.items() for e in ex})
@@ -194,33 +205,65 @@ class Evaluator:
         return self._split_refs[key]
 
     def _calibrated_states(self, groups: dict[str, list], key_of: dict[str, str]) -> dict[str, np.ndarray]:
-        """Simulate the 3-constant blackbox calibrated per group (two rounds) and record states."""
-        ref = parse_program(seed_sources()["blackbox"])
+        """Simulate the roofline seed calibrated per group (two rounds) and record states: the
+        states a physical program visits (a queue builds as it does for the candidates)."""
+        ref = parse_program(seed_sources()[REFERENCE_SEED])
         f = ref.compiled()
-        consts = {}
-        for key, exps in groups.items():
-            itl = np.mean([s.itl_s for e in exps for s in e.stages if math.isfinite(s.itl_s)
-                           and (self.split is None or s.index in self.split.fit.get(e.id, ()))]) * 1e6
-            consts[key] = np.array([itl, 0.0, 0.0])
+        consts = {key: ref.initial_constants.copy() for key in groups}
         states = {}
-        for rnd in range(2):
+        for rnd in range(3):
             for e in self.exps:
                 c = consts.get(key_of.get(e.id), np.mean(list(consts.values()), axis=0))
                 r = self._sim(f, c, e, record=True)
-                if r.ok or rnd == 0:  # keep the first round's states if the refit misbehaves
+                if r.ok or rnd == 0:  # keep the earlier round's states if the refit misbehaves
                     states[e.id] = r.states
-            if rnd == 1:
+            if rnd == 2:
                 break
             for key, exps in groups.items():
                 st = [s for e in exps for s in self._stage_states(e, states[e.id])]
                 probes = np.ascontiguousarray(np.vstack([self._state_probes(e, states[e.id]) for e in exps]))
-                consts[key], _ = fit_constants(f, consts[key], st, [], probes)
+                consts[key], _ = fit_constants(f, consts[key], st, [], physics.constraints(probes, []))
         return states
 
     def _probe(self, key, exps) -> np.ndarray:
         if key not in self._probe_cache:
             self._probe_cache[key] = self._probes(exps)
         return self._probe_cache[key]
+
+    def grids(self) -> dict[str, np.ndarray]:
+        """Extrapolation grid per model (`evaluator.physics.extrapolation_grid`), made once."""
+        if self._grids is None:
+            self._grids = physics.model_grids(self.gt)
+        return self._grids
+
+    def _models_of(self, key, exps) -> list[str]:
+        """Models a constant vector serves: its group's, and under a global fit every model."""
+        return sorted({e.model for e in exps} | {e.model for e in self.exps if self._key(e) == key})
+
+    def _constraints(self, key, exps) -> physics.Constraints:
+        """Probe states and the served models' grids, stacked once per fitting group."""
+        if key not in self._cons_cache:
+            grids = self.grids()
+            self._cons_cache[key] = physics.constraints(self._probe(key, exps),
+                                                        [grids[m] for m in self._models_of(key, exps)])
+        return self._cons_cache[key]
+
+    def unphysical(self, f, consts: dict) -> str | None:
+        """Why these constants make the program unphysical (`evaluator.physics`), or None:
+        below the hardware floor on a probe state or the grid, or faster with more work."""
+        grids = self.grids()
+        for key, exps in sorted(self._groups().items()):
+            c = consts.get(key)
+            if c is None:
+                continue
+            why = physics.check_program(f, c, self._probe(key, exps), None)
+            if why:
+                return f"unphysical: {why}"
+            for m in self._models_of(key, exps):
+                why = physics.check_program(f, c, None, grids[m])
+                if why:
+                    return f"unphysical: {m}: {why}"
+        return None
 
     def _key(self, e) -> str:
         return "*" if self.global_fit else e.model
@@ -262,8 +305,11 @@ class Evaluator:
             consts = {}
             for key, exps in groups.items():
                 st = [s for e in exps for s in self._stage_states(e, ref[e.id])]
-                consts[key], _ = fit_constants(f, x0, st, self._rows_for(exps), self._probe(key, exps))
+                consts[key], _ = fit_constants(f, x0, st, self._rows_for(exps), self._constraints(key, exps))
         refine = fit and refine and constants is None
+        why = self.unphysical(f, consts)
+        if why is not None:
+            return self._invalid(why, t0, consts)
         results, bad = self._simulate_all(f, consts, record=refine)
         n_steps = sum(r.n_steps for r in results.values())
         if bad is not None:
@@ -275,16 +321,44 @@ class Evaluator:
             new = {}
             for key, exps in groups.items():
                 st = [s for e in exps for s in self._stage_states(e, results[e.id].states)]
-                new[key], _ = fit_constants(f, consts[key], st, self._rows_for(exps), self._probe(key, exps))
-            results2, bad2 = self._simulate_all(f, new, record=False)
-            n_steps += sum(r.n_steps for r in results2.values())
+                new[key], _ = fit_constants(f, consts[key], st, self._rows_for(exps), self._constraints(key, exps))
+            if self.unphysical(f, new) is None:  # a refit that breaks a physical rule is not kept
+                results2, bad2 = self._simulate_all(f, new, record=False)
+                n_steps += sum(r.n_steps for r in results2.values())
+            else:
+                bad2 = "unphysical"
             if bad2 is None and self._train_loss(f, new, results2) <= self._train_loss(f, consts, results):
                 consts, results = new, results2
         ev = self._score(f, consts, results, overheads)
+        if ev.valid and fit and constants is None:
+            ev = replace(ev, identifiability=self._identifiability(program, consts, results if refine else None))
         if (self.holdout_objectives if heldout is None else heldout) and ev.valid:
             ev = holdout_scores(self, program, ev, fit=fit and constants is None, overheads=overheads)
         return replace(ev, sim_steps=n_steps, seconds=time.perf_counter() - t0,
                        objectives={**ev.objectives, "complexity": float(program.complexity.total)})
+
+    def _identifiability(self, program, consts, results) -> dict[str, dict]:
+        """Per fitting group: which constants the fitting states pin down (`evaluator.identify`),
+        on the states the fit saw (the candidate's own when refined, else the reference) plus
+        the real step rows with a measured cycle."""
+        if not program.constants:
+            return {}
+        ref = self.reference_states()
+        out = {}
+        for key, exps in sorted(self._groups().items()):
+            if key not in consts:
+                continue
+            parts = []
+            for e in exps:
+                rec = results[e.id].states if results is not None and len(results[e.id].states) else ref[e.id]
+                parts += [st.X for st in self._stage_states(e, rec)]
+            parts += [r.X[r.train & r.has_target] for r in self._rows_for(exps)]
+            X = np.vstack(parts) if parts else np.zeros((0, len(COMPONENTS)))
+            X = np.ascontiguousarray(X[subsample(len(X), IDENTIFY_ROWS)])
+            ident = program_identifiability(program, consts[key], X)
+            out[key] = {"rank": ident.rank, "n_constants": ident.n_constants, "unpinned": ident.unpinned(),
+                        "summary": ident.summary()}
+        return out
 
     def _simulate_all(self, f, consts, record=False) -> tuple[dict[str, SimResult], str | None]:
         """Simulate every experiment; (results, why invalid or None)."""
@@ -389,7 +463,8 @@ class Evaluator:
             e0 = next(e for e in self.exps if e.model == model)
             c = self._consts_for(e0, consts)
             pred = predict_rows(f, rows.X, np.ascontiguousarray(c))
-            if not np.all(np.isfinite(pred) & (pred >= 1.0)):
+            work = rows.X[:, COMPONENT_INDEX["P"]] + rows.X[:, COMPONENT_INDEX["D"]] > 0  # idle rows run nothing
+            if not np.all(np.isfinite(pred[work]) & (pred[work] >= 1.0)):
                 return self._invalid(f"invalid prediction on real step rows of {model}", time.perf_counter())
             steps.update(step_metrics(pred, rows, "test" if self.holdout is None else "all"))
         e2e = [x["e2e_err"] for x in scores]

@@ -20,6 +20,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from evaluator.components import components_matrix
+from evaluator.physics import REL_TOL, Constraints, constraint_residuals
 from evaluator.step_scoring import StepRows, predict_rows
 
 STAGE_WEIGHT = 3.0  # a stage's per-token residual weighs like this many step-MAPE units
@@ -59,24 +60,32 @@ def ttft_proxy(dt: np.ndarray, n_prefill: np.ndarray) -> float:
     return float(np.dot(dt, dt) / (2.0 * np.sum(dt)) + np.dot(n_prefill, dt) / np.sum(n_prefill))
 
 
-FLOOR_US = 1000.0  # soft floor for probe states: every real step cycle measured is > 7 ms
+# Physical rules in the fit (evaluator.physics): every state of the probes and the extrapolation
+# grid at or above the hardware floor, and predictions non-decreasing along the grid's lines.
+# The judge then rejects a program that breaks either, so the fit aims a little inside (margins)
+# and, when a rule is still broken, refits with weights CONSTRAINT_ESCALATION times heavier.
 FLOOR_WEIGHT = 10.0
+MONO_WEIGHT = 10.0
+FLOOR_MARGIN = 1e-3  # aim 0.1% above the floor: a penalty's optimum sits slightly past its hinge
+MONO_MARGIN = 1e-4  # and 0.01% of rise along every line where constants can give it
+CONSTRAINT_ESCALATION = (1.0, 30.0, 900.0)
+PRIOR_WEIGHT = 1e-2  # per constant, relative to its declared value (see residuals)
 
 
 def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list[StepRows],
-                  probes: np.ndarray | None = None, max_nfev: int = 8) -> tuple[np.ndarray, float]:
+                  cons: Constraints | None = None, max_nfev: int = 8) -> tuple[np.ndarray, float]:
     """Least-squares fit of one constant vector (one model, or all models when global).
 
-    `probes` are component rows spanning the states a simulation visits (ramp-up, lone
-    requests, full batches); a smooth hinge keeps predictions there above FLOOR_US, so a fit
-    cannot buy accuracy in the training window with negative step times elsewhere.
+    `cons` are the states a simulation may visit (probes) and the extrapolation grid
+    (`evaluator.physics.constraints`); their penalties keep the fit physical, so it cannot buy
+    accuracy in the training window with a step faster than the hardware elsewhere.
     """
     x0 = np.asarray(x0, np.float64)
     if x0.size == 0:
         return x0, 0.0
     # One stacked matrix, one compiled call per residual evaluation: calling a numba
     # function with a first-class function argument costs ~45 us of dispatch, which
-    # dominated the fit when every stage, the step rows and the probes were separate calls.
+    # dominated the fit when every stage, the step rows and the constraints were separate calls.
     blocks = [st.X for st in stages]
     n_stage_rows = sum(len(b) for b in blocks)
     Ry = np.zeros(0)
@@ -85,9 +94,12 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
         blocks += [r.X[m] for r, m in zip(rows, sel)]
         Ry = np.concatenate([r.target_us[m] for r, m in zip(rows, sel)])
     row_w = 1.0 / np.sqrt(max(1, len(Ry)))
-    n_probes = len(probes) if probes is not None else 0
-    if n_probes:
-        blocks.append(probes)
+    n_cons = len(cons.X) if cons is not None else 0
+    if n_cons:
+        blocks.append(cons.X)
+        raised = cons.floor * (1.0 + FLOOR_MARGIN)
+        w_floor = FLOOR_WEIGHT / np.sqrt(n_cons)
+        w_mono = MONO_WEIGHT / np.sqrt(max(1, len(cons.lo)))
     if not blocks:
         return x0, 0.0
     XA = np.ascontiguousarray(np.vstack(blocks))
@@ -106,6 +118,8 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
            if st.NP is not None and np.isfinite(st.target_ttft_us) and st.target_ttft_us > 0 and np.sum(st.NP) > 0
            else None for st in stages]
     n_ttft = sum(npf is not None for npf in NPs)
+    heavier = [1.0]
+    prior_scale = np.maximum(np.abs(x0), 1.0)
 
     def residuals(c):
         pa = predict_rows(predict, XA, np.ascontiguousarray(c))
@@ -134,24 +148,42 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
             bad = ~np.isfinite(p) | (p < 1.0)
             r = (np.where(bad, 1.0, p) - Ry) / Ry
             parts.append(row_w * np.where(bad, INVALID_PENALTY, r))
-        if n_probes:
-            p = pa[len(pa) - n_probes:]
-            p = np.where(np.isfinite(p), p, -FLOOR_US)
-            parts.append(FLOOR_WEIGHT / np.sqrt(n_probes) * np.maximum(0.0, (FLOOR_US - p) / FLOOR_US))
+        if n_cons:
+            p = pa[len(pa) - n_cons:]
+            p = np.where(np.isfinite(p), p, -raised)
+            parts.append(heavier[0] * w_floor * np.maximum(0.0, (raised - p) / raised))
+            a, b = p[cons.lo], p[cons.hi]
+            scale = np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-9)
+            parts.append(heavier[0] * w_mono * np.maximum(0.0, (a - b) / scale + MONO_MARGIN))
+        # a faint pull towards the declared values: it decides only the directions the data
+        # does not feel (OVERHEAD against EFFICIENCY * t_weights for a dense model), which
+        # otherwise drift to +-1e6 pairs that cancel (evaluator.identify reports them)
+        parts.append(PRIOR_WEIGHT * (c - x0) / prior_scale)
         r = np.concatenate(parts) if parts else np.zeros(1)
         return np.where(np.isfinite(r), r, INVALID_PENALTY)
 
+    def broken(c) -> bool:
+        below, fall = constraint_residuals(predict_rows(predict, cons.X, np.ascontiguousarray(c)), cons)
+        return bool(below.size and below.max() > 0) or bool(fall.size and fall.max() > REL_TOL)
+
+    x = x0
     scale = np.maximum(np.abs(x0), 1e-3)
-    try:
-        # candidates explore wild constants: overflow inside the optimizer is expected and
-        # handled (residuals are clamped), so keep it off the user's terminal
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            res = least_squares(residuals, x0, method="trf", x_scale=scale,
-                                max_nfev=max_nfev * (x0.size + 1), diff_step=1e-4)
-        x, cost = res.x, float(res.cost)
-    except (ValueError, FloatingPointError):
-        x, cost = x0, float(np.sum(residuals(x0) ** 2) / 2)
+    cost = float("inf")
+    for factor in CONSTRAINT_ESCALATION if n_cons else (1.0,):
+        heavier[0] = factor
+        try:
+            # candidates explore wild constants: overflow inside the optimizer is expected and
+            # handled (residuals are clamped), so keep it off the user's terminal
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                res = least_squares(residuals, x, method="trf", x_scale=scale,
+                                    max_nfev=(max_nfev if factor == 1.0 else 3 * max_nfev) * (x0.size + 1),
+                                    diff_step=1e-4)
+            x, cost = res.x, float(res.cost)
+        except (ValueError, FloatingPointError):
+            cost = float(np.sum(residuals(x) ** 2) / 2)
+        if not n_cons or not broken(x):
+            break
     return x, cost
 
 

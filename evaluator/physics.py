@@ -24,6 +24,7 @@ Tolerances: relative 1e-9 for float noise, both for the floor and for monotonici
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -264,3 +265,60 @@ def check_by_model(predict, consts: dict, probes: dict | None, grids: dict) -> s
         if why:
             return f"{model}: {why}"
     return None
+
+
+# ---------------------------------------------------------------- for the fit
+
+@dataclass(frozen=True)
+class Constraints:
+    """The states a fit must keep physical, stacked once per fitting group: predictions at or
+    above `floor` on every row of X, and X[lo] <= X[hi] along every consecutive grid pair."""
+    X: np.ndarray
+    floor: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def constraints(probes: np.ndarray | None, grids) -> Constraints:
+    """Probe rows (floor only) and the grids' rows (floor and monotonicity), one matrix."""
+    blocks = [np.asarray(probes, np.float64)] if probes is not None and len(probes) else []
+    lo, hi = [], []
+    base = sum(len(b) for b in blocks)
+    for G in grids:
+        n_lines, width, _ = G.shape
+        idx = base + np.arange(n_lines * width).reshape(n_lines, width)
+        lo.append(idx[:, :-1].ravel())
+        hi.append(idx[:, 1:].ravel())
+        blocks.append(grid_rows(G))
+        base += n_lines * width
+    X = np.ascontiguousarray(np.vstack(blocks)) if blocks else np.zeros((0, N_COMPONENTS))
+    cat = lambda a: np.concatenate(a).astype(np.int64) if a else np.zeros(0, np.int64)  # noqa: E731
+    return Constraints(X, floor_us(X), cat(lo), cat(hi))
+
+
+def constraint_residuals(pred: np.ndarray, c: Constraints) -> tuple[np.ndarray, np.ndarray]:
+    """(relative shortfall below the floor per row, relative fall per grid pair); zero where
+    physical. Non-finite predictions count as a full shortfall."""
+    p = np.where(np.isfinite(pred), pred, -c.floor)
+    below = floor_residuals(p, c.floor)
+    a, b = p[c.lo], p[c.hi]
+    fall = np.maximum(0.0, (a - b) / np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-9))
+    return below, fall
+
+
+def floor_report(predict, consts, grid: np.ndarray) -> str:
+    """One line for a prompt or a reader: where on the extrapolation grid the prediction comes
+    closest to the hardware floor, and how it compares at the heaviest state (the most work)."""
+    G = grid_rows(grid)
+    pred = predict_rows(predict, G, np.ascontiguousarray(consts, dtype=np.float64))
+    fl = floor_us(G)
+    if not np.isfinite(pred).all():
+        return "non-finite predictions on the grid"
+    ratio = pred / np.maximum(fl, 1e-9)
+    i = int(np.argmin(ratio))
+    work = fl
+    j = int(np.argmax(work))
+    why = monotonicity_violation(pred, np.asarray(grid))
+    return (f"closest to the floor {ratio[i]:.2f}x at {describe_state(G[i])}; heaviest state "
+            f"{describe_state(G[j])}: {_fmt_us(pred[j])} vs floor {_fmt_us(fl[j])} ({ratio[j]:.2f}x)"
+            + (f"; {why}" if why else "; never faster with more work on the grid"))

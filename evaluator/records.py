@@ -59,6 +59,9 @@ class Evaluation:
     # its "split"), "errors" (split -> why invalid), "constants" (split -> fitted constants)};
     # empty when the held-out splits were not scored (see evaluator.holdout)
     holdout: dict[str, dict] = field(default_factory=dict)
+    # per fitting group (model, or "*"): which constants the fitting states pin down
+    # (evaluator.identify): rank, n_constants, unpinned names, a one-line summary
+    identifiability: dict[str, dict] = field(default_factory=dict)
 
     @classmethod
     def invalid(cls, error: str, complexity: float | None = None, seconds: float = 0.0,
@@ -82,7 +85,8 @@ class Evaluation:
                 "rows": [dict(r) for r in self.rows],
                 "steps": {k: dict(v) for k, v in self.steps.items()},
                 "objectives": dict(self.objectives), "sim_steps": int(self.sim_steps),
-                "seconds": float(self.seconds), "holdout": {k: dict(v) for k, v in self.holdout.items()}}
+                "seconds": float(self.seconds), "holdout": {k: dict(v) for k, v in self.holdout.items()},
+                "identifiability": {k: dict(v) for k, v in self.identifiability.items()}}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Evaluation":
@@ -95,7 +99,7 @@ class Evaluation:
         kw["valid"] = bool(d["valid"])
         kw["error"] = d.get("error")
         kw["rows"] = tuple(dict(r) for r in kw.get("rows", ()))
-        for k in ("constants", "overheads", "steps", "objectives", "holdout"):
+        for k in ("constants", "overheads", "steps", "objectives", "holdout", "identifiability"):
             kw[k] = dict(kw.get(k, {}))
         kw["sim_steps"] = int(kw.get("sim_steps", 0))
         kw["seconds"] = float(kw.get("seconds", 0.0))

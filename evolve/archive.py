@@ -64,10 +64,11 @@ from evolve.pareto import pareto_front
 OBJECTIVE_COLUMNS = ORDER  # one float column per objective, for SQL sorting
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 STAGES = ("screen", "full")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # columns added after version 1: (table, column, SQL type), added in place to an older archive
 ADDED_COLUMNS = (("evaluations", "lowo_e2e", "FLOAT"), ("evaluations", "lomo_e2e", "FLOAT"),
-                 ("evaluations", "load_e2e", "FLOAT"), ("evaluations", "holdout", "JSON"))
+                 ("evaluations", "load_e2e", "FLOAT"), ("evaluations", "holdout", "JSON"),
+                 ("evaluations", "identifiability", "JSON"))
 
 
 class ArchiveError(RuntimeError):
@@ -136,6 +137,7 @@ class EvaluationRow(Base):
     lomo_e2e: Mapped[float | None] = mapped_column(Float, nullable=True)
     load_e2e: Mapped[float | None] = mapped_column(Float, nullable=True)
     holdout: Mapped[Any] = mapped_column(JSON, nullable=True)  # evaluator.holdout detail per kind
+    identifiability: Mapped[Any] = mapped_column(JSON, nullable=True)  # evaluator.identify per group
     rows: Mapped[Any] = mapped_column(JSON, default=list)
     steps: Mapped[Any] = mapped_column(JSON, default=dict)
     constants: Mapped[Any] = mapped_column(JSON, default=dict)
@@ -266,7 +268,8 @@ def _evaluation_record(e: EvaluationRow, full: bool = True) -> dict:
          "sim_steps": e.sim_steps, "created_at": e.created_at}
     if full:
         d.update(rows=list(e.rows or []), steps=dict(e.steps or {}), constants=dict(e.constants or {}),
-                 overheads=dict(e.overheads or {}), holdout=dict(e.holdout or {}))
+                 overheads=dict(e.overheads or {}), holdout=dict(e.holdout or {}),
+                 identifiability=dict(e.identifiability or {}))
     return d
 
 
@@ -513,6 +516,7 @@ class Archive:
                 obj["complexity"] = float(c)
         vals = dict(valid=d["valid"], error=d["error"], objectives=obj, rows=d["rows"], steps=d["steps"],
                     constants=d["constants"], overheads=d["overheads"], holdout=d["holdout"] or None,
+                    identifiability=d["identifiability"] or None,
                     sim_steps=d["sim_steps"],
                     seconds=d["seconds"], stage=stage, created_at=time.time(),
                     **{k: sortable_or_none(obj.get(k)) for k in OBJECTIVE_COLUMNS})

@@ -9,7 +9,7 @@ Prompt templates live in `prompts/*.txt` and are rendered with `str.format` (pla
 are `{name}`; a literal brace would be written `{{`/`}}`; values substituted are not
 re-parsed, so program sources and tables may contain braces):
   system.txt    {components} {example} {max_ops} {max_cond} {max_consts}
-  parent.txt    {label} {source} {complexity} {objectives} {errors_table} {worst_steps}
+  parent.txt    {label} {source} {complexity} {objectives} {errors_table} {worst_steps} {transfer} {floor}
   improve.txt   {parent} {max_ops} {max_cond} {max_consts}
   simplify.txt  {parent} {max_ops} {max_cond} {max_consts}
   crossover.txt {parents} {n_parents} {max_ops} {max_cond} {max_consts}
@@ -65,6 +65,8 @@ class ParentInfo:
     errors_table: str = ""
     worst_steps: str = ""
     objectives: dict[str, float] = field(default_factory=dict)
+    transfer: str = ""  # held-out split errors, worst first
+    floor: str = ""  # prediction against the hardware floor, per model
 
 
 @dataclass
@@ -163,6 +165,8 @@ def _render_parent(label: str, p: ParentInfo) -> str:
         objectives=_fmt_objectives(p.objectives),
         errors_table=(p.errors_table or "(none)").rstrip(),
         worst_steps=(p.worst_steps or "(none)").rstrip(),
+        transfer=(p.transfer or "(not scored)").rstrip(),
+        floor=(p.floor or "(not computed)").rstrip(),
     )
 
 

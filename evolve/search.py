@@ -23,12 +23,15 @@ from dataclasses import dataclass, field, replace
 from evaluator.data import load
 from evaluator.objectives import (IN_SAMPLE_ORDER, INVALID, finite_or_none, in_sample_loss, invalid_objectives,
                                   objective_vector, ranked, selection_loss)
+from evaluator import physics
+from evaluator.identify import fold_constants
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.records import Evaluation
 from evolve.archive import Archive
 from evolve.config import RunConfig
 from evolve.llm import LLMMutator, ParentInfo, ProposalRequest
 from evolve.mutate import OPERATOR_WEIGHTS, OfflineMutator
+from evolve.views.holdout_table import split_errors
 from evolve.pareto import cell_key, hypervolume, pareto_front, select_nsga2
 from evolve.workers import Job, WorkerPool
 from seeds import seed_sources
@@ -41,6 +44,15 @@ ELITE_SHARE = 0.5  # share of parents drawn uniformly from the MAP-Elites cells
 MAX_EMPTY_GENERATIONS = 20
 PROPOSAL_TRIES = 25  # offline draws per candidate slot before a generation is left short
 ACCURACY = ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean")  # must be finite to enter the frontier
+
+
+def _folded(program: Program) -> Program:
+    """The candidate with constants that only appear as a product or sum of each other merged
+    (EFFICIENCY * SCALE is one number): the fit then has no direction the data cannot feel."""
+    try:
+        return fold_constants(program).program
+    except (ProgramError, ValueError, SyntaxError):
+        return program
 
 
 @dataclass(frozen=True)
@@ -253,6 +265,7 @@ class Search:
             if kind and parents[0].id == parents[1].id:
                 kind, parents = None, parents[:1]
             prog, op = self.offline.propose_program([m.program for m in parents], kind=kind)
+            prog = _folded(prog)
             if prog.hash in self.seen:
                 self.skipped += 1
                 continue
@@ -269,19 +282,41 @@ class Search:
             ps = self._parents(2 if kind == "crossover" else 1)
             if not ps:
                 continue
-            infos = [ParentInfo(m.program.source, _errors_table(self.archive, m.id), "", m.objectives) for m in ps]
+            infos = [self._parent_info(m) for m in ps]
             reqs.append(ProposalRequest(kind, infos, self.cfg.caps, self.cfg.seed * 100_003 + generation * 101 + i))
             parent_ids.append([m.id for m in ps])
         if not hasattr(self, "_llm_exec"):
             self._llm_exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm")
         return generation, self._llm_exec.submit(self.llm.propose_many, reqs), parent_ids
 
+    def _parent_info(self, m: Member) -> ParentInfo:
+        """What the LLM is told of a parent: its worst stages, how it transfers to the held-out
+        splits (worst first), and its prediction against the hardware floor per model."""
+        ev = (self.archive.program(m.id) or {}).get("evaluation") or {}
+        return ParentInfo(m.program.source, _errors_table(ev), "", m.objectives,
+                          transfer=_transfer_text(ev), floor=self._floor_text(m.program, ev))
+
+    def _floor_text(self, program: Program, ev: dict) -> str:
+        if getattr(self, "_grids", None) is None:
+            self._grids = physics.model_grids(load(self.cfg.data))
+        consts = ev.get("constants") or {}
+        lines = []
+        try:
+            f = program.compiled()
+            for model, grid in sorted(self._grids.items()):
+                c = consts.get(model, consts.get("*"))
+                if c is not None:
+                    lines.append(f"{model}: {physics.floor_report(f, c, grid)}")
+        except (ProgramError, ValueError) as e:
+            return f"(not computed: {e})"
+        return "\n".join(lines)
+
     def _llm_collect(self, pending) -> list[Candidate]:
         generation, fut, parent_ids = pending
         out = []
         for res, pids in zip(fut.result(), parent_ids):
             if res.ok:
-                out.append(Candidate(res.program, tuple(pids), f"llm:{res.kind}", res.cache_key))
+                out.append(Candidate(_folded(res.program), tuple(pids), f"llm:{res.kind}", res.cache_key))
             else:
                 self.archive.add_candidate(self.run_id, res.source or "", parents=pids, operator=f"llm:{res.kind}",
                                            generation=generation, llm_model=self.cfg.llm, valid=False,
@@ -359,12 +394,19 @@ class Search:
             self.progress(self)
 
 
-def _errors_table(archive: Archive, pid: int) -> str:
-    rec = archive.program(pid)
-    ev = (rec or {}).get("evaluation") or {}
+def _errors_table(ev: dict) -> str:
     lines = ["experiment | stage | E2E err | TTFT err | ITL err"]
     rows = sorted(ev.get("rows", []), key=lambda r: -r.get("e2e_err", 0))
     for r in rows[:12]:
         lines.append(f"{r['model']}/{r['workload']} | {r['stage']} | {100 * r['e2e_err']:.1f}% | "
                      f"{100 * r['ttft_err']:.1f}% | {100 * r['itl_err']:.1f}%")
     return "\n".join(lines)
+
+
+def _transfer_text(ev: dict) -> str:
+    """Held-out splits, worst first: 'model:llama-2-7b 52.4% mean E2E (fitted without it)'."""
+    errs = split_errors(ev)
+    if not errs:
+        return ""
+    return "\n".join(f"{label}: " + ("could not be scored" if not math.isfinite(v) else f"{100 * v:.1f}%")
+                     for label, v in sorted(errs.items(), key=lambda kv: -kv[1]))

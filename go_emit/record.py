@@ -14,7 +14,9 @@ constants, overheads, objectives}. `gt` is the run's loaded `evaluator.data.Grou
 Constants are per model, or one global vector under "*" that every model of `gt` uses.
 With simplify=True the dead-branch simplification runs on the evaluator's probe states;
 pass `probes` (see `go_emit.simplify.probes_by_model`) to reuse them across calls,
-otherwise they are built from `gt`. Every refusal is a GoEmitError with a one-line reason.
+otherwise they are built from `gt`. Every refusal is a GoEmitError with a one-line reason; a
+program that breaks a physical rule (`evaluator.physics`: below the hardware floor on a probe
+state or the extrapolation grid, or faster with more work) is refused, as the judge refuses it.
 Keeping this in one place is why the UI's Go view shows exactly what `evolve emit-go` writes.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evaluator import physics
 from evaluator.data import GroundTruth
 from evaluator.evaluate import Evaluator
 from evaluator.objectives import Caps
@@ -64,14 +67,18 @@ def emit_record(record: Mapping, gt: GroundTruth, *, package: str = "latency", i
                           f"({', '.join(sorted(vectors))})")
     scores = dict(ev.get("objectives") or {})
     removed, note = 0, ""
+    probes = probes if probes is not None else probes_by_model(Evaluator(gt))
     if simplify:
-        probes = probes if probes is not None else probes_by_model(Evaluator(gt))
         simp = simplify_program(program, by_model, dict(probes))
         if simp.removed:
             note = (f"simplified: {simp.removed} conditional(s) never switch on {simp.n_probes} probe states; "
                     f"complexity {program.complexity.total} -> {simp.program.complexity.total}")
             program, by_model, removed = simp.program, simp.constants, simp.removed
             scores["complexity"] = float(program.complexity.total)
+    why = physics.check_by_model(program.compiled(), {m: np.asarray(c, np.float64) for m, c in by_model.items()},
+                                 dict(probes), {m: g for m, g in physics.model_grids(gt).items() if m in by_model})
+    if why:
+        raise GoEmitError(f"program {pid} is not emitted, it is unphysical: {why}")
     overheads = ev.get("overheads") or {}
     code = emit_go(program, by_model, {m: vectors[m] for m in by_model},
                    {m: overheads.get(m, {}) for m in by_model}, package=package, interface=interface,

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from evaluator import component_table
+from evaluator.blis_models import BLACKBOX_SOURCE
 from evaluator.components import model_vector
 from evaluator.objectives import Caps
 from evaluator.program import parse_program
@@ -142,7 +143,7 @@ def test_emitted_file_structure():
 
 
 def test_emitted_legacy5_and_aliases():
-    src = _emit(seed_sources()["blackbox"], interface="legacy5", package="blis",
+    src = _emit(BLACKBOX_SOURCE, interface="legacy5", package="blis",
                 aliases={"meta-llama/llama-2-7b-hf": "llama-2-7b"})
     assert "\npackage blis\n" in src
     assert 'case "llama-2-7b", "meta-llama/llama-2-7b-hf":' in src

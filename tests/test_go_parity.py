@@ -444,7 +444,7 @@ def test_evolved_programs_parity(vectors, batches):
     for name, src in sorted(seed_sources().items()):
         cur = parse_program(src)
         for depth in range(1, 13):
-            other = parse_program(seed_sources()[sorted(seed_sources())[depth % 5]])
+            other = parse_program(seed_sources()[sorted(seed_sources())[depth % len(seed_sources())]])
             cur, _ = mut.propose_program([cur, other])
             if depth % 4 == 0:
                 programs[f"evolved_{name}_{depth}"] = cur

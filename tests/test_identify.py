@@ -125,3 +125,22 @@ def test_threshold_inside_the_data_is_pinned():
                       "def predict_step_time(D):\n    return LO if D < SPLIT else HI\n")
     r = program_identifiability(p, p.initial_constants, rows())
     assert all(c.pinned for c in r.constants)
+
+
+def test_judge_reports_constants_the_data_cannot_pin(evaluator):
+    """Two coefficients of the same component trade off exactly: the evaluation stores that
+    neither is pinned, per model, and `show` prints it."""
+    from evolve.views.tables import identifiability_lines
+    src = ("OVERHEAD = 5000.0\nA = 0.6\nC = 0.6\n\n"
+           "def predict_step_time(t_prefill_gemm, t_prefill_attn, t_decode_gemm, t_decode_kv, t_weights, t_lm_head):\n"
+           "    return (OVERHEAD + A * t_weights + C * t_weights + t_decode_kv + t_prefill_gemm + t_prefill_attn"
+           " + t_decode_gemm + t_lm_head)\n")
+    res = evaluator.evaluate(parse_program(src), refine=False)
+    assert res.valid, res.error
+    assert set(res.identifiability) == set(res.constants)
+    for key, d in res.identifiability.items():
+        assert {"A", "C"} <= set(d["unpinned"]) and d["rank"] < d["n_constants"] == 3, (key, d)
+    lines = identifiability_lines(res.identifiability)
+    assert len(lines) == len(res.constants) and all("A (trades off with" in ln for ln in lines)
+    back = type(res).from_json(res.to_json())
+    assert back.identifiability == res.identifiability

@@ -333,3 +333,23 @@ def test_propose_valid_keeps_source_on_rejection():
     with pytest.raises(ReplyError) as ei:
         propose_valid(FORBIDDEN, PARENT)
     assert str(ei.value).startswith("invalid program") and "import os" in ei.value.source
+
+
+def test_parent_prompt_carries_transfer_and_the_floor():
+    from evolve.llm import ParentInfo, _render_parent
+    text = _render_parent("Current program", ParentInfo(
+        "C = 1.0\n\ndef predict_step_time(D):\n    return C * D\n", "", "", {"e2e_mean": 0.1},
+        transfer="model:llama-2-7b: 52.4%\nload: 4.3%", floor="llama-2-70b: closest to the floor 1.02x at P=0"))
+    assert "model:llama-2-7b: 52.4%\nload: 4.3%" in text and "closest to the floor 1.02x" in text
+    assert "hardware floor" in text and "fitted without that data" in text
+    bare = _render_parent("Current program", ParentInfo("C = 1.0\n\ndef predict_step_time(D):\n    return C * D\n"))
+    assert "(not scored)" in bare and "(not computed)" in bare
+
+
+def test_search_folds_constants_of_new_candidates():
+    from evaluator.program import parse_program
+    from evolve.search import _folded
+    p = parse_program("EFFICIENCY = 2.0\nSCALE = 3.0\n\ndef predict_step_time(t_weights):\n"
+                      "    return EFFICIENCY * SCALE * t_weights\n")
+    q = _folded(p)
+    assert len(q.constants) == 1 and list(q.constants.values()) == [6.0]

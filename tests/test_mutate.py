@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from evaluator.blis_models import BLACKBOX_SOURCE
 from evaluator.components import COMPONENT_INDEX, N_COMPONENTS
 from evaluator.objectives import Caps
 from evolve.mutate import OPERATORS, OfflineMutator
@@ -19,6 +20,7 @@ from seeds import seed_sources
 
 CAPS = Caps(30, 3, 10)
 SEEDS = {name: parse_program(src) for name, src in seed_sources().items()}
+SEEDS["blackbox"] = parse_program(BLACKBOX_SOURCE)  # a program over P and D only
 SEED_LIST = [SEEDS[k] for k in sorted(SEEDS)]
 
 

@@ -11,6 +11,7 @@ from evaluator.physics import (REL_TOL, check_by_model, check_program, extrapola
 from evaluator.program import parse_program
 from evaluator.step_scoring import build_step_rows, predict_rows
 from seeds import seed_sources
+from evaluator.blis_models import BLACKBOX_SOURCE
 
 BIG = 1e6  # 1 s: above every floor on the grid, so only monotonicity can fail
 
@@ -163,7 +164,7 @@ def test_issue_1870_program_is_not_monotone(grids):
 @pytest.mark.parametrize("name,ok", [("roofline", True), ("phase_split", True), ("linear_physics", True),
                                      ("blackbox", False), ("regime_switch", False)])
 def test_shipped_seeds_with_initial_constants(grids, name, ok):
-    p = parse_program(seed_sources()[name])
+    p = parse_program(BLACKBOX_SOURCE if name == "blackbox" else seed_sources()[name])
     why = check_by_model(p.compiled(), {"*": p.initial_constants}, None, grids)
     assert (why is None) == ok, why
     if not ok:
@@ -195,3 +196,16 @@ def test_soft_residuals_vanish_exactly_where_the_checks_pass(grids):
         assert (fr >= 0).all() and (mr >= 0).all()
         assert (fr.max() > 0) == (check_program(f, c, X, None) is not None)
         assert (mr.max() > REL_TOL) == (monotonicity_violation(pred, G) is not None)
+
+
+def test_floor_report_names_the_closest_state_and_the_heaviest(grids):
+    from evaluator.physics import floor_report
+    G = grids["llama-2-70b"]
+    f, c = prog("OVERHEAD + 1.5 * max(t_weights + t_decode_kv, t_prefill_gemm + t_prefill_attn + t_decode_gemm "
+                "+ t_lm_head)", "t_prefill_gemm, t_prefill_attn, t_decode_gemm, t_decode_kv, t_weights, t_lm_head",
+                "OVERHEAD = 0.0")
+    line = floor_report(f, c, G)
+    assert line.startswith("closest to the floor 1.50x at P=") and "(1.50x)" in line
+    assert line.endswith("never faster with more work on the grid")
+    f, c = prog(f"BIG - D", "D", f"BIG = {BIG}")
+    assert "gets faster with more work: +D" in floor_report(f, c, G)

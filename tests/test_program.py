@@ -4,6 +4,7 @@ import math
 import numpy as np
 import pytest
 
+from evaluator.blis_models import BLACKBOX_SOURCE
 from evaluator.program import ProgramError, parse_program
 from seeds import seed_sources
 
@@ -84,7 +85,7 @@ def test_numba_error_model_gives_nan_not_exception():
 
 
 def test_with_constants_rewrites_values():
-    p = parse_program(seed_sources()["blackbox"])
+    p = parse_program(BLACKBOX_SOURCE)
     q = parse_program(p.with_constants([1.0, 2.0, 3.0]))
     assert list(q.constants.values()) == [1.0, 2.0, 3.0]
     assert q.hash == p.hash

@@ -71,7 +71,7 @@ def test_garbage_program_never_crashes_the_worker():
     pool = WorkerPool(None, workers=1, timeout_s=120)
     try:
         res = pool.run([Job(0, "import os\nos.system('true')", "screen"),
-                        Job(1, seed_sources()["blackbox"], "screen")])
+                        Job(1, seed_sources()["roofline"], "screen")])
     finally:
         pool.close()
     assert "invalid program" in res[0].error

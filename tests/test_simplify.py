@@ -18,13 +18,13 @@ SLOPE = 5.0
 PER_SEQ = 30.0
 
 
-def predict_step_time(P, B, K, t_weights):
+def predict_step_time(P, B, K, t_weights, t_decode_kv, t_prefill_gemm, t_decode_gemm):
     if K > HUGE_K:
         return SLOPE * K
     extra = PER_SEQ * B if B < 1000000.0 else SLOPE * P
     if P > 0:
-        return BASE + PER_WEIGHT * t_weights + extra + P
-    return BASE + extra
+        return BASE + PER_WEIGHT * max(t_weights + t_decode_kv, t_prefill_gemm + t_decode_gemm) + extra + P
+    return BASE + PER_WEIGHT * max(t_weights + t_decode_kv, t_decode_gemm)
 """
 
 
@@ -142,3 +142,16 @@ def test_emit_record_refusals(gt):
         emit_record(rec, gt, simplify=False, caps=Caps(ops=2))
     with pytest.raises(GoEmitError, match="Caps"):
         emit_record(rec, gt, simplify=False, caps=(30, 3, 10))
+
+
+def test_emit_record_refuses_an_unphysical_program(gt, probes):
+    """The judge's physical rules hold for emission too: a program fitted elsewhere (or edited)
+    that falls below the hardware floor is never written as Go, and the reason says where."""
+    src = ("OVERHEAD = 0.0\nEFFICIENCY = 0.5\n\n"
+           "def predict_step_time(t_prefill_gemm, t_decode_gemm, t_decode_kv, t_weights):\n"
+           "    return OVERHEAD + EFFICIENCY * max(t_prefill_gemm + t_decode_gemm, t_weights + t_decode_kv)\n")
+    rec = _record(src, gt.models, {"*": [0.0, 0.5]})
+    with pytest.raises(GoEmitError, match=r"not emitted, it is unphysical: .*below the hardware floor"):
+        emit_record(rec, gt, probes=probes)
+    ok = _record(src, gt.models, {"*": [2000.0, 1.2]})
+    assert "func " in emit_record(ok, gt, probes=probes).code

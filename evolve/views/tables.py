@@ -77,6 +77,17 @@ def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto front
     console.print(t)
 
 
+def identifiability_lines(ident: dict) -> list[str]:
+    """What `show` says about constants the fitting states do not pin down (evaluator.identify):
+    one line per model with such constants, or one line saying every constant is pinned."""
+    if not ident:
+        return []
+    bad = [(k, d) for k, d in sorted(ident.items()) if d.get("unpinned")]
+    if not bad:
+        return ["identifiability: every constant is pinned by the data, for every model"]
+    return [f"[yellow]identifiability[/yellow] {k}: {d.get('summary', '')}" for k, d in bad]
+
+
 def show_program(archive, program_id: int, console, baseline_rows=None) -> dict | None:
     """Print one program: source, fitted constants per model, errors per experiment-stage
     (next to the baseline's, if given), step metrics, lineage and the Go cap check."""
@@ -105,6 +116,8 @@ def show_program(archive, program_id: int, console, baseline_rows=None) -> dict 
         for model, vals in sorted(consts.items()):
             t.add_row(model, *(f"{v:.6g}" for v in vals))
         console.print(t)
+    for line in identifiability_lines(ev.get("identifiability") or {}):
+        console.print(line)
     if ev:
         obj = ev.get("objectives") or {}
         line = "  ".join(f"{k} {fmt_err(obj.get(k)) if k != 'complexity' else fmt_num(obj.get(k))}"
