@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from evaluator.components import COMPONENTS
+from evaluator.components import COMPONENTS, MEASURED_NAMES
 from evaluator.data import GroundTruth, per_token_time
 from evaluator.holdout import Split, holdout_scores, make_split
 from evaluator.fitting import (MAX_STATES_PER_STAGE, Overheads, StageStates, fit_constants, fit_overheads,
@@ -248,6 +248,9 @@ class Evaluator:
         used instead of repeating that fit; the result is the same whichever worker runs it.
         """
         t0 = time.perf_counter()
+        missing = self.kernels_missing(program)
+        if missing:
+            return self._invalid(missing, t0)
         f = program.compiled()
         x0 = program.initial_constants
         groups = self._groups()
@@ -285,6 +288,13 @@ class Evaluator:
             ev = holdout_scores(self, program, ev, fit=fit and constants is None, overheads=overheads)
         return replace(ev, sim_steps=n_steps, seconds=time.perf_counter() - t0,
                        objectives={**ev.objectives, "complexity": float(program.complexity.total)})
+
+    def kernels_missing(self, program) -> str | None:
+        """Why a program that reads measured components cannot be scored here (their values would
+        be NaN: no kernel tables for some model), else None."""
+        if MEASURED_NAMES.isdisjoint(program.params):
+            return None
+        return next((e.kernel_missing for e in self.all_exps if e.kernels is None), None)
 
     def _simulate_all(self, f, consts, record=False) -> tuple[dict[str, SimResult], str | None]:
         """Simulate every experiment; (results, why invalid or None)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from evaluator.components import components_matrix
+from evaluator.components import components_for_model
 from evaluator.step_scoring import StepRows, predict_rows
 
 STAGE_WEIGHT = 3.0  # a stage's per-token residual weighs like this many step-MAPE units
@@ -41,10 +41,8 @@ class StageStates:
 
 
 def states_to_components(states: np.ndarray, model_vec: np.ndarray) -> np.ndarray:
-    n = states.shape[0]
-    mv = np.ascontiguousarray(np.broadcast_to(model_vec, (n, model_vec.shape[0])))
     c = lambda j: np.ascontiguousarray(states[:, j])  # noqa: E731
-    return components_matrix(mv, c(0), c(1), c(2), c(3), c(4), c(5))
+    return components_for_model(np.ascontiguousarray(model_vec, np.float64), c(0), c(1), c(2), c(3), c(4), c(5))
 
 
 def subsample(n: int, k: int) -> np.ndarray:

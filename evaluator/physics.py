@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from evaluator.components import COMPONENT_INDEX, N_COMPONENTS, components_matrix
+from evaluator.components import COMPONENT_INDEX, N_COMPONENTS, components_for_model
 from evaluator.step_scoring import predict_rows
 
 DEFAULT_MAX_MODEL_LEN = 4096  # vLLM max_model_len of every shared experiment (exp-config.yaml)
@@ -76,7 +76,7 @@ def extrapolation_grid(experiment, model_vec: np.ndarray) -> np.ndarray:
     """Lines of batch states that each step one aggregate upwards, everything else fixed.
 
     Returns an array of shape (n_lines, n_points, N_COMPONENTS): component rows recomputed with
-    `components_matrix` for every state; a prediction must be non-decreasing along axis 1.
+    `components_for_model` for every state; a prediction must be non-decreasing along axis 1.
     Covers batches up to `max_num_seqs` decodes, KV held up to the cache capacity
     (`kv_blocks * block_size`, at most `max_model_len` tokens per running request), full
     `max_batched_tokens` prefill chunks and mixed steps. Lines:
@@ -150,8 +150,8 @@ def extrapolation_grid(experiment, model_vec: np.ndarray) -> np.ndarray:
     width = max(len(ln) for ln in lines)
     flat = [ln[i] if i < len(ln) else ln[-1] for ln in lines for i in range(width)]
     a = np.array(flat, np.float64)
-    mv = np.ascontiguousarray(np.broadcast_to(np.asarray(model_vec, np.float64), (len(a), len(model_vec))))
-    X = components_matrix(mv, a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5])
+    c = lambda j: np.ascontiguousarray(a[:, j])  # noqa: E731
+    X = components_for_model(np.ascontiguousarray(model_vec, np.float64), c(0), c(1), c(2), c(3), c(4), c(5))
     return np.ascontiguousarray(X.reshape(len(lines), width, N_COMPONENTS))
 
 
