@@ -46,17 +46,18 @@ import numpy as np
 
 from evaluator import kernels as kt
 from evaluator.component_table import MEASURED_BLOCK
-from evaluator.components import COMPONENTS, fill_components
+from evaluator.components import COMPONENT_INDEX, COMPONENTS, MODEL_FIELDS, fill_components
 from evaluator.data import DataError, GroundTruth
 from evaluator.measured_kernel import N_MEASURED, decode_attn_us, fill_measured, measured_matrix, prefill_attn_us
 
 __all__ = ["MEASURED_COMPONENTS", "MEASURED_INDEX", "MEASURED_DOCS", "N_MEASURED", "fill_measured",
            "measured_matrix", "decode_attn_us", "prefill_attn_us", "kernel_tables_for", "model_reductions",
-           "step_aggregates", "mha_decode_ratio", "component_grid"]
+           "step_aggregates", "mha_decode_ratio", "component_grid", "PEAK_TIME_COMPONENTS"]
 
 MEASURED_COMPONENTS: tuple[str, ...] = tuple(row.name for row in MEASURED_BLOCK.rows)
 MEASURED_INDEX = {name: i for i, name in enumerate(MEASURED_COMPONENTS)}
 MEASURED_DOCS = {row.name: row.doc for row in MEASURED_BLOCK.rows}
+PEAK_TIME_COMPONENTS: tuple[str, ...] = tuple(c for c in COMPONENTS if c.startswith("t_") and c not in MEASURED_INDEX)
 
 MAX_MODEL_LEN = 4096  # every experiment here; exp-config.yaml max_model_len
 GRID_CHUNKS = (0, 512, 2048)
@@ -107,31 +108,32 @@ def mha_decode_ratio(tables: kt.KernelTables, flat: np.ndarray, nq_all: int, nkv
 def component_grid(gt: GroundTruth, model: str, tables: kt.KernelTables | None = None,
                    max_model_len: int = MAX_MODEL_LEN) -> list[dict]:
     """Peak-speed and measured components on a grid of batch states, with the measured step
-    cycles nearest each grid point (for `evolve components`): decodes up to max_num_seqs,
-    contexts up to max_model_len, prefill chunks up to 2,048 (one request's chunk)."""
+    cycles nearest each grid point (for `evolve components` and the report): decodes up to
+    max_num_seqs, contexts up to max_model_len, prefill chunks up to 2,048 (one request's chunk).
+    The kernel tables are the ones the loader attached (re-reduced from `tables` if given)."""
     exps = [e for e in gt.experiments if e.model == model]
     if not exps:
         raise DataError(f"model {model!r} not in the ground truth (have {', '.join(gt.models)})")
     e = exps[0]
-    red = kt.reduce_model(tables or kernel_tables_for(gt), e.arch, e.tp, gt.hardware)
-    mv = e.model_vec(gt.hardware)
+    flat = kt.reduce_for_model(tables, e.arch, e.tp, gt.hardware) if tables is not None else e.kernels
+    if flat is None:
+        raise DataError(e.kernel_missing or f"no kernel tables for {model}")
+    mv = np.concatenate([e.model_vec(gt.hardware)[:len(MODEL_FIELDS)], flat])
     max_seqs = max(x.max_num_seqs for x in exps)
     decodes = sorted({1, 8, 32, max_seqs // 2, max_seqs})
     contexts = sorted({128, 512, 1024, max_model_len // 2, max_model_len})
     chunks = [c for c in GRID_CHUNKS if c <= max(x.max_batched_tokens for x in exps)]
     pts = [(d, c, p) for p in chunks for d in decodes for c in contexts]
     near = _nearest_cycles(gt, model, pts)
-    peak = np.empty(len(COMPONENTS))
-    meas = np.empty(N_MEASURED)
+    comp = np.empty(len(COMPONENTS))
     rows = []
     for i, (d, c, p) in enumerate(pts):
         n_p = 1.0 if p else 0.0
         K = float(d * c + p)
-        fill_components(mv, float(p), float(d), n_p, float(d), d + n_p, K, peak)
-        fill_measured(red.flat, float(p), float(d), n_p, float(d), d + n_p, K, meas)
+        fill_components(mv, float(p), float(d), n_p, float(d), d + n_p, K, comp)
         row = {"decodes": d, "context": c, "prefill_chunk": p}
-        row.update({k: float(v) for k, v in zip(COMPONENTS, peak) if k.startswith("t_")})
-        row.update({k: float(v) for k, v in zip(MEASURED_COMPONENTS, meas)})
+        row.update({k: float(v) for k, v in zip(COMPONENTS, comp) if k in PEAK_TIME_COMPONENTS})
+        row.update({k: float(comp[COMPONENT_INDEX[k]]) for k in MEASURED_COMPONENTS})
         cyc = near.get(i, [])
         row["measured_cycle_n"] = len(cyc)
         row["measured_cycle_median_us"] = float(np.median(cyc)) if cyc else None
