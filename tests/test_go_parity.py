@@ -487,11 +487,11 @@ def test_evolved_programs_parity(vectors, batches):
     for name, src in sorted(seed_sources().items()):
         cur = parse_program(src)
         for depth in range(1, 13):
-            other = parse_program(seed_sources()[sorted(seed_sources())[depth % 5]])
+            other = parse_program(seed_sources()[sorted(seed_sources())[depth % len(seed_sources())]])
             cur, _ = mut.propose_program([cur, other])
             if depth % 4 == 0:
                 programs[f"evolved_{name}_{depth}"] = cur
-    assert len(programs) == 15
+    assert len(programs) == 3 * len(seed_sources())
     report = parity_check_many(_cases(programs, vectors), batches[::2])
     assert report.ok, report.summary()
     assert report.max_abs_diff_us <= 1
