@@ -65,7 +65,8 @@ def _line(name: str, fig: dict) -> str:
                        for k, v in fig["splits"].items())
     lomo = {k.split(":", 1)[1]: _pct(v) for k, v in fig["split_errors"].items() if k.startswith("model:")}
     consts = {m: [round(x, 2) for x in c] for m, c in fig["constants_in_sample"].items()}
-    lomo_c = {k.split(":", 1)[1]: [round(x, 2) for x in next(iter(c.values()))] for k, c in fig["constants_lomo"].items()}
+    lomo_c = {k.split(":", 1)[1]: [round(x, 2) for x in next(iter(c.values()))]  # one vector shared by all
+              for k, c in fig["constants_lomo"].items()}
     return (f"{name} ({', '.join(fig['constant_names']) or 'no constants'}; {fig['seconds']} s): {cells}\n"
             f"    LOMO E2E per held-out model {lomo}\n    constants in-sample {consts}\n"
             f"    constants LOMO (shared, per held-out model) {lomo_c}")

@@ -27,8 +27,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Row", "Helper", "Block", "BLOCKS", "MEASURED_BLOCK", "block_slots", "MODEL_FIELDS", "MODEL_INPUTS", "STEP_INPUTS", "INTERMEDIATES", "COMPONENT_ROWS",
-           "HELPERS", "KERNEL_PATH", "parse_formula", "split_conditional", "kernel_source"]
+__all__ = ["Row", "Helper", "Block", "BLOCKS", "MEASURED_BLOCK", "block_slots", "MODEL_FIELDS", "MODEL_INPUTS",
+           "STEP_INPUTS", "INTERMEDIATES", "COMPONENT_ROWS", "HELPERS", "KERNEL_PATH", "parse_formula",
+           "split_conditional", "kernel_source"]
 
 
 @dataclass(frozen=True)
