@@ -10,6 +10,11 @@ with numbers, + - * / **, and at the top level only `a if cond else b` (cond a c
 which both generators turn into an if/else statement. Everything is float64 and keeps the
 written operation order, so values are bit-for-bit the same in both languages.
 
+After the formula rows come BLOCKS: components written by ONE call per step of a function that
+reads the per-model kernel tables (the model vector's tail after MODEL_FIELDS). The numba
+function is named by `Block.python`; its Go port is go_emit.measured_go (parity-tested). A model
+vector without a tail gives NaN for the block's components, and the evaluator says why.
+
     python -m evaluator.component_table            # rewrite evaluator/components_kernel.py
     python -m evaluator.component_table --check    # exit 1 if it is stale
 
@@ -22,8 +27,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Row", "Helper", "MODEL_FIELDS", "MODEL_INPUTS", "STEP_INPUTS", "INTERMEDIATES", "COMPONENT_ROWS",
-           "HELPERS", "KERNEL_PATH", "parse_formula", "split_conditional", "kernel_source"]
+__all__ = ["Row", "Helper", "Block", "BLOCKS", "MEASURED_BLOCK", "block_slots", "MODEL_FIELDS", "MODEL_INPUTS",
+           "STEP_INPUTS", "INTERMEDIATES", "COMPONENT_ROWS", "HELPERS", "KERNEL_PATH", "parse_formula",
+           "split_conditional", "kernel_source"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,17 @@ class Helper:
     name: str
     python: str
     go: str
+
+
+@dataclass(frozen=True)
+class Block:
+    """Components computed together by one call per step: `python` is "module:function" of a
+    numba function f(tables, P, D, n_prefill, n_decode, B, K, out) writing len(rows) values, with
+    `tables` the model vector from len(MODEL_FIELDS) on; `go` the name of its Go method."""
+    name: str
+    python: str
+    go: str
+    rows: tuple[Row, ...]
 
 
 # Per-model hardware + architecture vector, and the local name each entry is read into.
@@ -98,7 +115,32 @@ COMPONENT_ROWS: tuple[Row, ...] = (
     Row("tp", "tp", "tensor-parallel degree"),
 )
 
-HELPERS: dict[str, Helper] = {}  # none yet; measured (table-interpolated) components will add theirs
+HELPERS: dict[str, Helper] = {}
+
+# Appended after COMPONENT_ROWS, so earlier indices (and archived programs) keep their meaning.
+MEASURED_BLOCK = Block("fill_measured", "evaluator.measured_kernel:fill_measured", "fillMeasured", (
+    Row("t_gemm_measured", "", "GEMM time (us) from vLLM's measured bf16 GEMMs: QKV, O, MLP (router for MoE) "
+                               "of every layer at T = P + D tokens, plus the LM head for the sampled rows"),
+    Row("t_decode_attn_measured", "", "decode attention time (us) from vLLM's measured paged FlashAttention: "
+                                      "batch D at mean context K / D, every layer"),
+    Row("t_prefill_attn_measured", "", "prefill attention time (us) from measured FlashAttention: n_prefill "
+                                       "chunks of P / n_prefill tokens attending to themselves, every layer"),
+    Row("t_allreduce_measured", "", "TP all-reduce time (us) from vLLM's measured custom all-reduce: 2 per "
+                                    "layer of T tokens; 0 at TP 1"),
+    Row("t_moe_measured", "", "MoE expert time (us) from vLLM's measured fused MoE at T tokens; 0 for dense models"),
+    Row("t_step_measured", "", "sum of the measured components: GPU time of the step's kernels, no fitted "
+                               "constant (the real cycle adds ~30 us per layer plus CPU time)"),
+))
+BLOCKS: tuple[Block, ...] = (MEASURED_BLOCK,)
+
+
+def block_slots() -> list[tuple[Block, int]]:
+    """(block, index of its first component) in component order."""
+    out, at = [], len(COMPONENT_ROWS)
+    for b in BLOCKS:
+        out.append((b, at))
+        at += len(b.rows)
+    return out
 
 KERNEL_PATH = Path(__file__).with_name("components_kernel.py")
 _ALLOWED = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Constant, ast.Call, ast.IfExp,
@@ -157,6 +199,8 @@ _KERNEL_HEAD = '''\
 
 numba caches (cache=True) only functions defined in a real module, which is why this is a file.
 """
+import math
+
 import numba
 '''
 
@@ -167,6 +211,9 @@ def kernel_source() -> str:
     for h in HELPERS.values():
         module, func = h.python.split(":")
         lines.append(f"from {module} import {func} as {h.name}" if func != h.name else f"from {module} import {func}")
+    for b in BLOCKS:
+        module, func = b.python.split(":")
+        lines.append(f"from {module} import {func}" + (f" as {b.name}" if func != b.name else ""))
     lines += ["", "", "@numba.njit(cache=True, fastmath=False)",
               "def fill_components(model, " + ", ".join(STEP_INPUTS) + ", out):",
               '    """Write the components of one step into `out` (length N_COMPONENTS)."""']
@@ -182,6 +229,14 @@ def kernel_source() -> str:
         else:
             lines += [f"    if {ast.unparse(cond)}:", f"        {target} = {ast.unparse(yes)}",
                       "    else:", f"        {target} = {ast.unparse(no)}"]
+    n_model = len(MODEL_INPUTS)
+    for b, at in block_slots():
+        end = at + len(b.rows)
+        lines += [f"    if model.shape[0] > {n_model}:",
+                  f"        {b.name}(model[{n_model}:], " + ", ".join(STEP_INPUTS) + f", out[{at}:{end}])",
+                  "    else:",
+                  f"        for i in range({at}, {end}):",
+                  "            out[i] = math.nan"]
     return "\n".join(lines) + "\n"
 
 

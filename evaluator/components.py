@@ -22,6 +22,9 @@ Definitions (times in microseconds, bf16 = 2 bytes):
                        over NVLink; 0 for TP=1
   t_lm_head            2 * (n_prefill + D) * vocab * h / TP / peak_flops (logits per sampled token)
   raw counts           P, D, B, K, n_prefill, n_decode, layers, tp
+  measured (appended)  t_gemm_measured .. t_step_measured: the same step from vLLM's measured
+                       kernels (evaluator.measured, docs/kernels.md); they read the model
+                       vector's tail (the kernel tables), NaN when the model has none.
 Peak FLOP/s is the dense bf16 figure (datasheet sparse figure / 2).
 """
 from __future__ import annotations
@@ -29,26 +32,40 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from evaluator.component_table import COMPONENT_ROWS
+from evaluator.component_table import BLOCKS, COMPONENT_ROWS
 from evaluator.component_table import MODEL_FIELDS as TABLE_MODEL_FIELDS
 from evaluator.components_kernel import fill_components
 
 __all__ = ["PREDICTOR_SIGNATURE", "PREDICTOR_TYPE", "COMPONENTS", "N_COMPONENTS", "COMPONENT_INDEX",
-           "COMPONENT_DOCS", "MODEL_FIELDS", "fill_components", "components_matrix", "model_vector",
+           "COMPONENT_DOCS", "MODEL_FIELDS", "MEASURED_NAMES", "fill_components", "components_matrix",
+           "components_for_model", "model_vector",
            "batch_aggregates", "BLOCK_SIZE"]
 
 # Every candidate is compiled to f(x, c) -> step cycle in us, x = components, c = constants.
 PREDICTOR_SIGNATURE = numba.float64(numba.float64[::1], numba.float64[::1])
 PREDICTOR_TYPE = numba.types.FunctionType(PREDICTOR_SIGNATURE)
 
-COMPONENTS: tuple[str, ...] = tuple(row.name for row in COMPONENT_ROWS)
+# The peak-speed formulas, then the measured (kernel-table) components of evaluator.measured.
+_ROWS = COMPONENT_ROWS + tuple(row for b in BLOCKS for row in b.rows)
+COMPONENTS: tuple[str, ...] = tuple(row.name for row in _ROWS)
 N_COMPONENTS = len(COMPONENTS)
 COMPONENT_INDEX = {name: i for i, name in enumerate(COMPONENTS)}
-COMPONENT_DOCS = {row.name: row.doc for row in COMPONENT_ROWS}
+COMPONENT_DOCS = {row.name: row.doc for row in _ROWS}
+MEASURED_NAMES: frozenset[str] = frozenset(row.name for b in BLOCKS for row in b.rows)
 
 # Layout of the per-model hardware+architecture vector consumed by fill_components.
 MODEL_FIELDS: tuple[str, ...] = TABLE_MODEL_FIELDS
 MI = {name: i for i, name in enumerate(MODEL_FIELDS)}
+
+
+@numba.njit(cache=True)
+def components_for_model(model, P, D, n_prefill, n_decode, B, K):
+    """Components for many steps of one model (no per-row copy of its vector and tables)."""
+    n = P.shape[0]
+    out = np.empty((n, N_COMPONENTS))
+    for i in range(n):
+        fill_components(model, P[i], D[i], n_prefill[i], n_decode[i], B[i], K[i], out[i])
+    return out
 
 
 @numba.njit(cache=True)
@@ -61,8 +78,9 @@ def components_matrix(model_rows, P, D, n_prefill, n_decode, B, K):
     return out
 
 
-def model_vector(arch: dict, tp: int, hw: dict) -> np.ndarray:
-    """Pack architecture, TP and hardware figures into the vector fill_components reads."""
+def model_vector(arch: dict, tp: int, hw: dict, tables=None) -> np.ndarray:
+    """Pack architecture, TP and hardware figures into the vector fill_components reads, followed
+    by the model's kernel tables (evaluator.kernels flat array) when there are any."""
     v = np.zeros(len(MODEL_FIELDS))
     v[MI["layers"]] = arch["layers"]
     v[MI["hidden"]] = arch["hidden"]
@@ -77,6 +95,8 @@ def model_vector(arch: dict, tp: int, hw: dict) -> np.ndarray:
     v[MI["peak_flops"]] = hw["peak_flops"]
     v[MI["hbm_bw"]] = hw["hbm_bw"]
     v[MI["nvlink_bw"]] = hw["nvlink_bw"]
+    if tables is not None and len(tables):
+        v = np.concatenate([v, np.asarray(tables, np.float64)])
     return v
 
 

@@ -2,7 +2,10 @@
 
 numba caches (cache=True) only functions defined in a real module, which is why this is a file.
 """
+import math
+
 import numba
+from evaluator.measured_kernel import fill_measured
 
 
 @numba.njit(cache=True, fastmath=False)
@@ -58,3 +61,8 @@ def fill_components(model, P, D, n_prefill, n_decode, B, K, out):
     out[12] = n_decode
     out[13] = L
     out[14] = tp
+    if model.shape[0] > 13:
+        fill_measured(model[13:], P, D, n_prefill, n_decode, B, K, out[15:21])
+    else:
+        for i in range(15, 21):
+            out[i] = math.nan

@@ -18,7 +18,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from evaluator import kernels as kt
 from evaluator.components import model_vector
+from evaluator.errors import DataError
 
 DEFAULT_TABLE = "default_workloads.json"
 
@@ -29,10 +31,6 @@ STEP_COLUMNS = ("experiment_id", "step_id", "prefill_tokens", "decode_tokens", "
                 "num_decode_reqs", "running_depth", "kv_blocks_total_gpu", "kv_blocks_free_gpu",
                 "duration_us", "next_step_start_delta_us")
 REQUEST_COLUMNS = ("experiment_id", "arrival_time_us", "input_tokens", "output_tokens", "e2e_s", "ttft_s")
-
-
-class DataError(ValueError):
-    """Malformed or missing ground truth; the message names the file and field."""
 
 
 @dataclass
@@ -70,6 +68,11 @@ class Experiment:
     ignore_eos: bool
     arch: dict
     stages: list[Stage] = field(default_factory=list)
+    # vLLM's measured kernels reduced for this model (evaluator.kernels flat array), set by the
+    # loaders; None with `kernel_missing` saying why (no kernels/ beside the data)
+    kernels: np.ndarray | None = field(default=None, repr=False, compare=False)
+    kernel_notes: list[str] = field(default_factory=list, compare=False)
+    kernel_missing: str = field(default="", compare=False)
 
     @property
     def generated_len(self) -> int:
@@ -80,7 +83,8 @@ class Experiment:
         return self.output_len if self.ignore_eos and self.output_len > 0 else 0
 
     def model_vec(self, hw: dict) -> np.ndarray:
-        return model_vector(self.arch, self.tp, hw)
+        """MODEL_FIELDS, then the kernel tables if any (what fill_components reads)."""
+        return model_vector(self.arch, self.tp, hw, self.kernels)
 
 
 @dataclass
@@ -108,8 +112,11 @@ class GroundTruth:
     def fingerprint(self) -> str:
         """Stable hash of everything the evaluator reads, stored with every run."""
         h = hashlib.sha256()
-        h.update(json.dumps([asdict(e) for e in self.experiments], sort_keys=True, default=str).encode())
+        h.update(json.dumps([_plain(e) for e in self.experiments], sort_keys=True, default=str).encode())
         h.update(json.dumps(self.hardware, sort_keys=True).encode())
+        for e in self.experiments:
+            if e.kernels is not None:  # the measured components read them
+                h.update(np.ascontiguousarray(e.kernels).tobytes())
         for df in (self.requests, self.steps):
             if df is not None:
                 h.update(pd.util.hash_pandas_object(df, index=False).values.tobytes())
@@ -117,6 +124,38 @@ class GroundTruth:
 
 
 # ---------------------------------------------------------------- helpers
+
+_KERNEL_FIELDS = ("kernels", "kernel_notes", "kernel_missing")
+
+
+def _plain(e: Experiment) -> dict:
+    """asdict without the kernel tables (stored and hashed on their own)."""
+    d = asdict(e)
+    for k in _KERNEL_FIELDS:
+        d.pop(k)
+    return d
+
+
+def kernel_key(e: Experiment) -> str:
+    return f"{e.model}@tp{e.tp}"
+
+
+def attach_kernels(experiments: list[Experiment], root: Path, hw: dict) -> None:
+    """Reduce root/kernels/aiconfigurator-... once per (model, TP) onto the experiments; without
+    that directory, say on each experiment why its measured components are NaN."""
+    aic = root / kt.AIC_DIR
+    if not aic.is_dir():
+        for e in experiments:
+            e.kernel_missing = f"measured components need the kernel tables in {aic}"
+        return
+    tables = kt.read_kernel_tables(root)
+    done: dict[str, kt.Reduction] = {}
+    for e in experiments:
+        key = kernel_key(e)
+        if key not in done:
+            done[key] = kt.reduce_model(tables, e.arch, e.tp, hw)
+        e.kernels, e.kernel_notes = done[key].flat, list(done[key].notes)
+
 
 def _load_yaml(path: Path):
     try:
@@ -230,6 +269,7 @@ def load_ground_truth(data_dir: str | Path) -> GroundTruth:
         experiments.append(_read_experiment(d, root, hw, meta.get(d.name), arch_cache, requests))
     if not experiments:
         raise DataError(f"{exp_root}: no experiment directories")
+    attach_kernels(experiments, root, hw)
     ids = {e.id for e in experiments}
     if requests is not None:
         unknown = set(requests["experiment_id"]) - ids
@@ -431,8 +471,11 @@ def _embedded_arch(model_id: str, missing: Path) -> dict:
 def build_default_table(gt: GroundTruth) -> dict:
     """The compact table embedded in the package: workload facts and measured means only."""
     exps = []
+    kernels = {}
     for e in gt.experiments:
-        d = asdict(e)
+        d = _plain(e)
+        if e.kernels is not None:
+            kernels[kernel_key(e)] = {"flat": [float(v) for v in e.kernels], "notes": list(e.kernel_notes)}
         for s in d["stages"]:
             for k in ("mean_input", "mean_output", "e2e_s", "ttft_s", "itl_s", "reported_itl_s", "rate",
                       "duration_s", "start_s"):
@@ -441,9 +484,12 @@ def build_default_table(gt: GroundTruth) -> dict:
     return {
         "about": "Derived by `evolve make-default` from a ground-truth directory: per experiment the "
                  "vLLM config, load stages, prompt/output lengths and measured stage means "
-                 "(E2E, TTFT, per-output-token time as sum(e2e-ttft)/sum(out-1)). No raw rows.",
+                 "(E2E, TTFT, per-output-token time as sum(e2e-ttft)/sum(out-1)); per model and TP "
+                 "the kernel tables reduced from aiconfigurator's measured vLLM kernels "
+                 "(evaluator.kernels flat arrays). No raw rows.",
         "hardware": gt.hardware,
         "experiments": exps,
+        "kernels": kernels,
     }
 
 
@@ -456,9 +502,16 @@ def load_default() -> GroundTruth:
     """The embedded default: workload-spec mode on the 12 measured experiments."""
     t = load_default_table()
     exps = []
+    kernels = t.get("kernels", {})
     for d in t["experiments"]:
         stages = [Stage(**s) for s in d.pop("stages")]
-        exps.append(Experiment(**d, stages=stages))
+        e = Experiment(**d, stages=stages)
+        k = kernels.get(kernel_key(e))
+        if k is None:
+            e.kernel_missing = f"measured components need kernel tables for {kernel_key(e)} in the embedded table"
+        else:
+            e.kernels, e.kernel_notes = np.asarray(k["flat"], np.float64), list(k["notes"])
+        exps.append(e)
     return GroundTruth("embedded", exps, t["hardware"])
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from evaluator.components import components_matrix
+from evaluator.components import components_for_model
 from evaluator.physics import REL_TOL, Constraints, constraint_residuals
 from evaluator.step_scoring import StepRows, predict_rows
 
@@ -42,10 +42,8 @@ class StageStates:
 
 
 def states_to_components(states: np.ndarray, model_vec: np.ndarray) -> np.ndarray:
-    n = states.shape[0]
-    mv = np.ascontiguousarray(np.broadcast_to(model_vec, (n, model_vec.shape[0])))
     c = lambda j: np.ascontiguousarray(states[:, j])  # noqa: E731
-    return components_matrix(mv, c(0), c(1), c(2), c(3), c(4), c(5))
+    return components_for_model(np.ascontiguousarray(model_vec, np.float64), c(0), c(1), c(2), c(3), c(4), c(5))
 
 
 def subsample(n: int, k: int) -> np.ndarray:
@@ -154,7 +152,8 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
             parts.append(heavier[0] * w_floor * np.maximum(0.0, (raised - p) / raised))
             a, b = p[cons.lo], p[cons.hi]
             scale = np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-9)
-            parts.append(heavier[0] * w_mono * np.maximum(0.0, (a - b) / scale + MONO_MARGIN))
+            allow = cons.allow if cons.allow is not None else 0.0
+            parts.append(heavier[0] * w_mono * np.maximum(0.0, (a - b) / scale - allow + MONO_MARGIN))
         # a faint pull towards the declared values: it decides only the directions the data
         # does not feel (OVERHEAD against EFFICIENCY * t_weights for a dense model), which
         # otherwise drift to +-1e6 pairs that cancel (evaluator.identify reports them)

@@ -42,111 +42,25 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
 from evaluator import kernels as kt
-from evaluator.components import COMPONENTS, fill_components
+from evaluator.component_table import MEASURED_BLOCK
+from evaluator.components import COMPONENT_INDEX, COMPONENTS, MODEL_FIELDS, fill_components
 from evaluator.data import DataError, GroundTruth
+from evaluator.measured_kernel import N_MEASURED, decode_attn_us, fill_measured, measured_matrix, prefill_attn_us
 
-MEASURED_COMPONENTS: tuple[str, ...] = (
-    "t_gemm_measured",
-    "t_decode_attn_measured",
-    "t_prefill_attn_measured",
-    "t_allreduce_measured",
-    "t_moe_measured",
-    "t_step_measured",
-)
-N_MEASURED = len(MEASURED_COMPONENTS)
+__all__ = ["MEASURED_COMPONENTS", "MEASURED_INDEX", "MEASURED_DOCS", "N_MEASURED", "fill_measured",
+           "measured_matrix", "decode_attn_us", "prefill_attn_us", "kernel_tables_for", "model_reductions",
+           "step_aggregates", "mha_decode_ratio", "component_grid", "PEAK_TIME_COMPONENTS"]
+
+MEASURED_COMPONENTS: tuple[str, ...] = tuple(row.name for row in MEASURED_BLOCK.rows)
 MEASURED_INDEX = {name: i for i, name in enumerate(MEASURED_COMPONENTS)}
-
-MEASURED_DOCS = {
-    "t_gemm_measured": "GEMM time (us) from vLLM's measured bf16 GEMMs: QKV, O, MLP (router for MoE) "
-                       "of every layer at T = P + D tokens, plus the LM head for the sampled rows",
-    "t_decode_attn_measured": "decode attention time (us) from vLLM's measured paged FlashAttention: "
-                              "batch D at mean context (K - P) / D, every layer",
-    "t_prefill_attn_measured": "prefill attention time (us) from measured FlashAttention: n_prefill "
-                               "chunks of P / n_prefill tokens attending to themselves, every layer",
-    "t_allreduce_measured": "TP all-reduce time (us) from vLLM's measured custom all-reduce: 2 per "
-                            "layer of T tokens; 0 at TP 1",
-    "t_moe_measured": "MoE expert time (us) from vLLM's measured fused MoE at T tokens; 0 for dense models",
-    "t_step_measured": "sum of the measured components: GPU time of the step, no fitted constant",
-}
+MEASURED_DOCS = {row.name: row.doc for row in MEASURED_BLOCK.rows}
+PEAK_TIME_COMPONENTS: tuple[str, ...] = tuple(c for c in COMPONENTS if c.startswith("t_") and c not in MEASURED_INDEX)
 
 MAX_MODEL_LEN = 4096  # every experiment here; exp-config.yaml max_model_len
 GRID_CHUNKS = (0, 512, 2048)
-
-
-@numba.njit(cache=True)
-def decode_attn_us(flat, batch, ctx):
-    """One layer's decode attention (us) for `batch` requests of mean context `ctx`."""
-    t = kt.lin2(flat, int(flat[kt.H_OFF_DEC]), batch, ctx)
-    floor = max(batch * ctx * flat[kt.H_KV_BYTES_TOK] / flat[kt.H_BW],
-                batch * ctx * flat[kt.H_DEC_FLOP_TOK] / flat[kt.H_PEAK]) * 1e6
-    return max(t, floor)
-
-
-@numba.njit(cache=True)
-def prefill_attn_us(flat, n_chunks, chunk):
-    """One layer's prefill attention (us): n_chunks causal chunks of `chunk` tokens each."""
-    t = kt.lin2(flat, int(flat[kt.H_OFF_PRE]), n_chunks, chunk)
-    floor = flat[kt.H_PRE_FLOP] * n_chunks * chunk * chunk * 0.5 / flat[kt.H_PEAK] * 1e6
-    return max(t, floor)
-
-
-@numba.njit(cache=True)
-def fill_measured(tables_flat, P, D, n_prefill, n_decode, B, K, out):
-    """Write the measured components of one step (us) into `out` (length N_MEASURED)."""
-    f = tables_flat
-    L = f[kt.H_LAYERS]
-    peak = f[kt.H_PEAK]
-    bw = f[kt.H_BW]
-    us = 1e6
-    T = P + D
-    gemm = 0.0
-    allreduce = 0.0
-    moe = 0.0
-    if T > 0.0:
-        g = kt.lin1(f, int(f[kt.H_OFF_GEMM]), T)
-        g = max(g, max(f[kt.H_GEMM_FLOP_TOK] * T / peak, f[kt.H_GEMM_BYTES] / bw) * us)
-        gemm = L * g
-        if f[kt.H_OFF_AR_GRAPH] >= 0.0:
-            if T <= f[kt.H_GRAPH_MAX]:
-                a = kt.lin1(f, int(f[kt.H_OFF_AR_GRAPH]), T)
-            else:
-                a = kt.lin1(f, int(f[kt.H_OFF_AR_EAGER]), T)
-            a = max(a, T * f[kt.H_AR_BYTES_TOK] * f[kt.H_AR_RING] / f[kt.H_NVLINK] * us)
-            allreduce = L * f[kt.H_AR_PER_LAYER] * a
-        if f[kt.H_OFF_MOE] >= 0.0:
-            m = kt.lin1(f, int(f[kt.H_OFF_MOE]), T)
-            m = max(m, max(f[kt.H_MOE_FLOP_TOK] * T / peak, f[kt.H_MOE_BYTES] / bw) * us)
-            moe = L * m
-    rows = n_prefill + D
-    if rows > 0.0:
-        lm = kt.lin1(f, int(f[kt.H_OFF_LM]), rows)
-        gemm += max(lm, max(f[kt.H_LM_FLOP_TOK] * rows / peak, f[kt.H_LM_BYTES] / bw) * us)
-    dec = 0.0
-    if D > 0.0:
-        dec = L * decode_attn_us(f, D, max(K / D, 1.0))
-    pre = 0.0
-    if P > 0.0 and n_prefill > 0.0:
-        pre = L * prefill_attn_us(f, n_prefill, P / n_prefill)
-    out[0] = gemm
-    out[1] = dec
-    out[2] = pre
-    out[3] = allreduce
-    out[4] = moe
-    out[5] = gemm + dec + pre + allreduce + moe
-
-
-@numba.njit(cache=True)
-def measured_matrix(tables_flat, P, D, n_prefill, n_decode, B, K):
-    """Measured components for many steps of one model at once."""
-    n = P.shape[0]
-    out = np.empty((n, N_MEASURED))
-    for i in range(n):
-        fill_measured(tables_flat, P[i], D[i], n_prefill[i], n_decode[i], B[i], K[i], out[i])
-    return out
 
 
 # ---------------------------------------------------------------- ground truth helpers
@@ -194,31 +108,32 @@ def mha_decode_ratio(tables: kt.KernelTables, flat: np.ndarray, nq_all: int, nkv
 def component_grid(gt: GroundTruth, model: str, tables: kt.KernelTables | None = None,
                    max_model_len: int = MAX_MODEL_LEN) -> list[dict]:
     """Peak-speed and measured components on a grid of batch states, with the measured step
-    cycles nearest each grid point (for `evolve components`): decodes up to max_num_seqs,
-    contexts up to max_model_len, prefill chunks up to 2,048 (one request's chunk)."""
+    cycles nearest each grid point (for `evolve components` and the report): decodes up to
+    max_num_seqs, contexts up to max_model_len, prefill chunks up to 2,048 (one request's chunk).
+    The kernel tables are the ones the loader attached (re-reduced from `tables` if given)."""
     exps = [e for e in gt.experiments if e.model == model]
     if not exps:
         raise DataError(f"model {model!r} not in the ground truth (have {', '.join(gt.models)})")
     e = exps[0]
-    red = kt.reduce_model(tables or kernel_tables_for(gt), e.arch, e.tp, gt.hardware)
-    mv = e.model_vec(gt.hardware)
+    flat = kt.reduce_for_model(tables, e.arch, e.tp, gt.hardware) if tables is not None else e.kernels
+    if flat is None:
+        raise DataError(e.kernel_missing or f"no kernel tables for {model}")
+    mv = np.concatenate([e.model_vec(gt.hardware)[:len(MODEL_FIELDS)], flat])
     max_seqs = max(x.max_num_seqs for x in exps)
     decodes = sorted({1, 8, 32, max_seqs // 2, max_seqs})
     contexts = sorted({128, 512, 1024, max_model_len // 2, max_model_len})
     chunks = [c for c in GRID_CHUNKS if c <= max(x.max_batched_tokens for x in exps)]
     pts = [(d, c, p) for p in chunks for d in decodes for c in contexts]
     near = _nearest_cycles(gt, model, pts)
-    peak = np.empty(len(COMPONENTS))
-    meas = np.empty(N_MEASURED)
+    comp = np.empty(len(COMPONENTS))
     rows = []
     for i, (d, c, p) in enumerate(pts):
         n_p = 1.0 if p else 0.0
         K = float(d * c + p)
-        fill_components(mv, float(p), float(d), n_p, float(d), d + n_p, K, peak)
-        fill_measured(red.flat, float(p), float(d), n_p, float(d), d + n_p, K, meas)
+        fill_components(mv, float(p), float(d), n_p, float(d), d + n_p, K, comp)
         row = {"decodes": d, "context": c, "prefill_chunk": p}
-        row.update({k: float(v) for k, v in zip(COMPONENTS, peak) if k.startswith("t_")})
-        row.update({k: float(v) for k, v in zip(MEASURED_COMPONENTS, meas)})
+        row.update({k: float(v) for k, v in zip(COMPONENTS, comp) if k in PEAK_TIME_COMPONENTS})
+        row.update({k: float(comp[COMPONENT_INDEX[k]]) for k in MEASURED_COMPONENTS})
         cyc = near.get(i, [])
         row["measured_cycle_n"] = len(cyc)
         row["measured_cycle_median_us"] = float(np.median(cyc)) if cyc else None

@@ -12,7 +12,7 @@ import numba
 import numpy as np
 from scipy.stats import spearmanr
 
-from evaluator.components import PREDICTOR_TYPE, components_matrix
+from evaluator.components import N_COMPONENTS, PREDICTOR_TYPE, components_for_model
 from evaluator.data import GroundTruth
 
 
@@ -48,11 +48,16 @@ def build_step_rows(gt: GroundTruth, train_fraction: float = 0.7) -> dict[str, S
     for model in sorted(gt.steps["model_key"].unique()):
         s = gt.steps[gt.steps["model_key"] == model]
         exps = {e.id: e for e in gt.experiments}
-        mv = np.stack([exps[x].model_vec(hw) for x in s["experiment_id"]])
         f = lambda c: s[c].to_numpy(np.float64)  # noqa: E731
         K = (f("kv_blocks_total_gpu") - f("kv_blocks_free_gpu")) * 16.0
-        X = components_matrix(mv, f("prefill_tokens"), f("decode_tokens"), f("num_prefill_reqs"),
-                              f("num_decode_reqs"), f("running_depth"), K)
+        agg = (f("prefill_tokens"), f("decode_tokens"), f("num_prefill_reqs"), f("num_decode_reqs"),
+               f("running_depth"), K)
+        # per experiment: a model vector carries its kernel tables (~600 floats), not copied per row
+        X = np.empty((len(s), N_COMPONENTS))
+        ids = s["experiment_id"].to_numpy()
+        for exp_id in np.unique(ids):
+            m = ids == exp_id
+            X[m] = components_for_model(exps[exp_id].model_vec(hw), *(np.ascontiguousarray(a[m]) for a in agg))
         train = np.zeros(len(s), bool)
         for exp_id in s["experiment_id"].unique():
             idx = np.flatnonzero((s["experiment_id"] == exp_id).to_numpy())

@@ -17,6 +17,7 @@ from evaluator.data import DataError, build_default_table, load, load_ground_tru
 from evaluator.evaluate import Evaluator
 from evaluator.ingest import IngestError, ingest_request_lifecycle, ingest_step_traces, write_ground_truth
 from evaluator.objectives import Caps, finite_or_none, ranked
+from evaluator.components import MEASURED_NAMES
 from evaluator.program import ProgramError, parse_program
 from evaluator.holdout import KINDS, holdout_scores
 from evolve.archive import Archive, ArchiveError
@@ -26,6 +27,7 @@ from evolve.search import Search
 from evolve.views import frontier_table, render_frontier, report_html, serve, show_program
 from evolve.views.format import BASELINE_PREFIX, clean_json
 from evolve.views.holdout_table import holdout_summary, holdout_table, split_errors, split_table
+from evolve.views.components_view import components_data, components_table, kernel_notes
 from evolve.views.tables import render_breakdown
 from go_emit import GoEmitError, emit_record
 
@@ -310,14 +312,67 @@ def cmd_show(args) -> int:
         named = {f"#{rec['id']}": rec["evaluation"], **({name: base} if base is not None else {})}
         con.print(holdout_table(named))
         con.print(split_table(named))
+    _show_kernel_notes(archive, rec, con)
     return 0
+
+
+def _run_data(archive, run_id: str | None) -> str | None:
+    """The --data of a run (None: the embedded default)."""
+    run = archive.get_run(run_id) if run_id else None
+    return ((run or {}).get("config") or {}).get("data")
+
+
+def _show_kernel_notes(archive, rec: dict, con) -> None:
+    """For a program reading measured components: where each model's kernel tables came from,
+    e.g. a head layout that was not measured and was scaled from the nearest one."""
+    try:
+        used = MEASURED_NAMES & set(parse_program(rec["source"]).params)
+    except ProgramError:
+        return
+    if not used:
+        return
+    data = _run_data(archive, rec["run_id"])
+    try:
+        notes = kernel_notes(load(data))
+    except DataError as e:
+        con.print(f"[red]measured components: cannot read the run's data ({e})[/red]")
+        return
+    con.print(f"[bold]measured components[/bold] ({', '.join(sorted(used))}) from vLLM's kernel tables "
+              f"({data or 'embedded default'}):")
+    for model, lines in sorted(notes.items()):
+        con.print(f"  {model}: " + "; ".join(lines))
 
 
 def cmd_report(args) -> int:
     archive = Archive(args.archive)
+    data = args.data if args.data is not None else _run_data(archive, args.run)
+    try:
+        comps = components_data(load(data))
+    except DataError as e:
+        comps = None
+        print(f"note: no components section ({e})", file=sys.stderr)
     path = report_html(archive, args.output, run=args.run, program_id=args.program,
-                       baselines=stored_baselines(archive, args.run))
+                       baselines=stored_baselines(archive, args.run), components=comps)
     print(f"wrote {path}")
+    return 0
+
+
+def cmd_components(args) -> int:
+    gt = _load_gt(args)
+    try:
+        data = components_data(gt, [args.model] if args.model else None)
+    except DataError as e:
+        sys.exit(f"error: {e}")
+    if args.json:
+        print(json.dumps(clean_json({"source": gt.source, "mode": gt.mode, "models": data}), indent=1,
+                         allow_nan=False))
+        return 0
+    con = _console()
+    for model, d in data.items():
+        if d["error"]:
+            con.print(f"[red]{model}: {d['error']}[/red]")
+            continue
+        con.print(components_table(model, d))
     return 0
 
 
@@ -392,7 +447,16 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--run", default=None)
     rp.add_argument("--program", type=int, default=None, help="program detailed (default: best E2E)")
     rp.add_argument("-o", "--output", default="report.html")
+    rp.add_argument("--data", metavar="DIR", default=None,
+                    help="ground truth for the components section (default: the run's --data)")
     rp.set_defaults(func=cmd_report)
+
+    c = sub.add_parser("components", help="peak-speed vs measured (kernel-table) components on a grid of "
+                                          "batch states, beside the real step cycles near each point")
+    data_opts(c)
+    c.add_argument("--model", default=None, help="one model (default: every model)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_components)
 
     u = sub.add_parser("ui", help="local web app over the archive (127.0.0.1)")
     u.add_argument("--archive", default="archive.db", metavar="PATH")

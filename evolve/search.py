@@ -306,7 +306,7 @@ class Search:
             for model, grid in sorted(self._grids.items()):
                 c = consts.get(model, consts.get("*"))
                 if c is not None:
-                    lines.append(f"{model}: {physics.floor_report(f, c, grid)}")
+                    lines.append(f"{model}: {physics.floor_report(f, c, grid, program.params)}")
         except (ProgramError, ValueError) as e:
             return f"(not computed: {e})"
         return "\n".join(lines)

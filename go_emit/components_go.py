@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from evaluator.component_table import HELPERS, MODEL_INPUTS, STEP_INPUTS, checked_rows, split_conditional
+from evaluator.component_table import HELPERS, MODEL_INPUTS, STEP_INPUTS, block_slots, checked_rows, split_conditional
+
+from .measured_go import measured_go
 
 from .transpile import (GAtom, GCall, fold_literals, format_expr, go_binary, go_float, go_identifier, go_unary,
                         vet_safe_condition)
@@ -67,8 +69,10 @@ class _Go:
         raise ValueError(f"component formula: {type(node).__name__} has no Go translation")
 
 
-def go_components(recv: str = "m", type_name: str = "T") -> GoComponents:
-    """fillComponents' parameters and body for a method on receiver `recv` of `type_name`."""
+def go_components(recv: str = "m", type_name: str = "T", measured: bool = False) -> GoComponents:
+    """fillComponents' parameters and body for a method on receiver `recv` of `type_name`.
+    measured: also compute the table-driven blocks (the type then has a `tables []float64`
+    field); otherwise their components are left at 0, which the program never reads."""
     g = _Go(recv)
     rows = checked_rows()
     read = {n.id for _, expr, _ in rows for n in ast.walk(expr) if isinstance(n, ast.Name)}
@@ -94,4 +98,12 @@ def go_components(recv: str = "m", type_name: str = "T") -> GoComponents:
             body.append(f"\t_ = {target}")
     params = ", ".join(go_name(n) for n in STEP_INPUTS)
     helpers = [HELPERS[h].go.replace("{recv}", type_name) for h in g.used_helpers]
+    if measured:
+        for b, at in block_slots():
+            end = at + len(b.rows)
+            body += [f"\tif len({recv}.tables) > 0 {{",
+                     f"\t\t{recv}.{b.go}({recv}.tables, {params}, out[{at}:{end}])",
+                     "\t} else {", f"\t\tfor i := {at}; i < {end}; i++ {{", "\t\t\tout[i] = math.NaN()", "\t\t}",
+                     "\t}"]
+        helpers.append(measured_go(type_name))
     return GoComponents(params=params + " float64", args=params, body=body, helpers=helpers)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import jinja2
 import numpy as np
 
-from evaluator.components import BLOCK_SIZE, COMPONENT_INDEX, COMPONENTS, MODEL_FIELDS, N_COMPONENTS
+from evaluator.components import BLOCK_SIZE, COMPONENT_INDEX, COMPONENTS, MEASURED_NAMES, MODEL_FIELDS, N_COMPONENTS
 from evaluator.objectives import Caps
 from evaluator.program import FUNC_NAME, Program
 
@@ -169,6 +169,7 @@ class _ModelValues:
     vectors: dict[str, list[float]]
     overheads: dict[str, dict[str, float]]
     cases: dict[str, list[str]]
+    tables: dict[str, list[float]]  # kernel tables per model, only for programs reading measured components
 
 
 def emit_go(program: Program,
@@ -186,7 +187,9 @@ def emit_go(program: Program,
     """Go source of a sim.LatencyModel for `program` with per-model fitted values.
 
     constants_by_model: model -> constants in program.const_names order.
-    model_vectors: model -> vector laid out as evaluator.components.MODEL_FIELDS.
+    model_vectors: model -> vector laid out as evaluator.components.MODEL_FIELDS, then the model's
+        kernel tables (Experiment.model_vec); the tables are emitted only if the program reads a
+        measured component, and are then required.
     overheads_by_model: model -> {queueing_us, queueing_per_input_token_us,
         output_token_us, post_decode_us}.
     aliases: optional extra names accepted by the constructor, alias -> model (BLIS
@@ -204,6 +207,8 @@ def emit_go(program: Program,
 
     consts_type = _lower_first(type_name) + "Constants"
     fields = [("model", "string"), ("arch", f"[{len(MODEL_FIELDS)}]float64")]
+    if values.tables:
+        fields.append(("tables", "[]float64"))
     if program.const_names:
         fields.append(("consts", consts_type))
     fields += [("queueingUs", "float64"), ("queueingPerInputTokenUs", "float64"), ("outputTokenUs", "float64")]
@@ -216,6 +221,7 @@ def emit_go(program: Program,
                 "consts": ", ".join(f"{tp.const_fields[c]}: {_lit(v)}"
                                     for c, v in zip(program.const_names, values.consts[name]))}
         case.update({k: _lit(v) for k, v in values.overheads[name].items()})
+        case["tables"] = _wrapped([_lit(v) for v in values.tables.get(name, [])], "\t\t\t")
         cases.append(case)
     predict = [f"\t{go} := x[{COMPONENT_INDEX[py]}]" for py, go in tp.params.items()]
     predict += [f"\t{go} := m.consts.{tp.const_fields[py]}" for py, go in tp.consts.items()]
@@ -228,7 +234,8 @@ def emit_go(program: Program,
         struct=_struct(type_name, fields), consts_type=consts_type, consts_struct=consts_struct,
         ctor=constructor_name(type_name), known=known, known_go=_go_string(known), cases=cases,
         model_fields=", ".join(MODEL_FIELDS), n_fields=len(MODEL_FIELDS), n_components=N_COMPONENTS,
-        components=", ".join(COMPONENTS), block_size=BLOCK_SIZE, fill=go_components("m", type_name),
+        components=", ".join(COMPONENTS), block_size=BLOCK_SIZE,
+        fill=go_components("m", type_name, measured=bool(values.tables)),
         func_name=FUNC_NAME, predict=predict + tp.body, helpers=tp.helpers)
 
 
@@ -270,6 +277,8 @@ def _model_values(program: Program, constants_by_model: Mapping[str, object], mo
     consts: dict[str, list[float]] = {}
     vectors: dict[str, list[float]] = {}
     overheads: dict[str, dict[str, float]] = {}
+    tables: dict[str, list[float]] = {}
+    uses_measured = MEASURED_NAMES.intersection(program.params)
     for name in models:
         cv = np.asarray(constants_by_model[name], dtype=np.float64).ravel()
         if cv.shape[0] != n_consts:
@@ -278,10 +287,16 @@ def _model_values(program: Program, constants_by_model: Mapping[str, object], mo
         consts[name] = [_check_finite(f"constant {c} of model {name!r}", v)
                         for c, v in zip(program.const_names, cv)]
         mv = np.asarray(model_vectors[name], dtype=np.float64).ravel()
-        if mv.shape[0] != len(MODEL_FIELDS):
+        if mv.shape[0] < len(MODEL_FIELDS):
             raise GoEmitError(f"model {name!r}: model vector has {mv.shape[0]} entries, expected "
-                              f"{len(MODEL_FIELDS)} ({', '.join(MODEL_FIELDS)})")
+                              f"{len(MODEL_FIELDS)} ({', '.join(MODEL_FIELDS)}) and optionally kernel tables")
         vectors[name] = [_check_finite(f"{f} of model {name!r}", v) for f, v in zip(MODEL_FIELDS, mv)]
+        if uses_measured:
+            if mv.shape[0] == len(MODEL_FIELDS):
+                raise GoEmitError(f"model {name!r}: the program reads measured components "
+                                  f"({', '.join(sorted(uses_measured))}) but the model has no kernel tables")
+            tables[name] = [_check_finite(f"kernel table entry {i} of model {name!r}", v)
+                            for i, v in enumerate(mv[len(MODEL_FIELDS):])]
         oh = overheads_by_model[name]
         missing = [k for k in OVERHEAD_KEYS if k not in oh]
         if missing:
@@ -295,7 +310,12 @@ def _model_values(program: Program, constants_by_model: Mapping[str, object], mo
         if any(alias in names for names in cases.values()):
             raise GoEmitError(f"alias {alias!r} duplicates a model name or another alias")
         cases[target].append(alias)
-    return _ModelValues(models, consts, vectors, overheads, cases)
+    return _ModelValues(models, consts, vectors, overheads, cases, tables)
+
+
+def _wrapped(items: list[str], indent: str, per_line: int = 6) -> list[str]:
+    """A long Go literal list as lines of `per_line` items, each ending in a comma."""
+    return [indent + ", ".join(items[i:i + per_line]) + "," for i in range(0, len(items), per_line)]
 
 
 def _header(program: Program, values: _ModelValues, type_name: str, interface: str, program_id: str | None,

@@ -76,7 +76,8 @@ def emit_record(record: Mapping, gt: GroundTruth, *, package: str = "latency", i
             program, by_model, removed = simp.program, simp.constants, simp.removed
             scores["complexity"] = float(program.complexity.total)
     why = physics.check_by_model(program.compiled(), {m: np.asarray(c, np.float64) for m, c in by_model.items()},
-                                 dict(probes), {m: g for m, g in physics.model_grids(gt).items() if m in by_model})
+                                 dict(probes), {m: g for m, g in physics.model_grids(gt).items() if m in by_model},
+                                 physics.measured_read(program.params))
     if why:
         raise GoEmitError(f"program {pid} is not emitted, it is unphysical: {why}")
     overheads = ev.get("overheads") or {}

@@ -117,3 +117,33 @@ def test_run_config_is_built_one_way_for_new_and_resumed_runs():
                                                           "--seed", "99", "--max-cond", "3"]), stored)
     assert resumed == RunConfig(**{**new.__dict__, "budget": 9, "workers": 1})
     assert RunConfig.from_json({**stored, "caps": [30, 3, 10]}).caps == Caps()  # archives written before
+
+
+def test_components_json_and_table(data_dir):
+    from evaluator.data import load_ground_truth
+    from evaluator.measured import component_grid
+    out = json.loads(evolve("components", "--data", str(data_dir), "--model", "llama-2-70b", "--json").stdout)
+    m = out["models"]["llama-2-70b"]
+    assert out["mode"] == "trace" and m["error"] is None and m["notes"]
+    assert m["grid"] == component_grid(load_ground_truth(data_dir), "llama-2-70b")
+    assert any(r["measured_cycle_median_us"] for r in m["grid"]) and any(r["measured_cycle_median_us"] is None
+                                                                         for r in m["grid"])
+    text = evolve("components", "--model", "llama-2-7b").stdout  # spec mode: the embedded tables
+    assert "meas" in text and "STEP" in text and "scaled x4" in text
+    bad = evolve("components", "--model", "gpt-5", check=False)
+    assert bad.returncode != 0 and "not in the ground truth" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_show_says_where_measured_components_came_from(tmp_path):
+    from evolve.archive import Archive
+    from seeds import seed_sources
+    a = Archive(tmp_path / "a.db")
+    run = a.start_run({"data": None}, seed=0, budget=1)  # the embedded default
+    pid = a.add_candidate(run, seed_sources()["measured"], operator="seed")
+    plain = a.add_candidate(run, seed_sources()["blackbox"], operator="seed")
+    a.close()
+    out = evolve("show", str(pid), "--archive", str(tmp_path / "a.db")).stdout
+    assert "measured components (t_step_measured)" in out
+    assert "llama-2-7b: decode attention: layout 32 query / 32 KV heads" in out and "scaled x4" in out
+    assert "llama-2-70b: all kernel layouts measured" in out
+    assert "measured components" not in evolve("show", str(plain), "--archive", str(tmp_path / "a.db")).stdout

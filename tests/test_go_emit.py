@@ -15,7 +15,8 @@ import pytest
 
 from evaluator import component_table
 from evaluator.blis_models import BLACKBOX_SOURCE
-from evaluator.components import model_vector
+from evaluator.components import N_COMPONENTS, model_vector
+from evaluator.data import load_default
 from evaluator.objectives import Caps
 from evaluator.program import parse_program
 from go_emit.emit import GoEmitError, MAX_STEP_TIME_US, emit_go, go_overhead_us, go_step_time_us
@@ -28,10 +29,12 @@ TOOLCHAIN = get_toolchain()
 needs_go = pytest.mark.skipif(TOOLCHAIN is None, reason="no Go toolchain found (run scripts/install_go.sh)")
 
 HW = {"peak_flops": 989.5e12, "hbm_bw": 3.35e12, "nvlink_bw": 450e9}
+TABLES = {e.model: e.kernels for e in load_default().experiments}  # the embedded kernel tables
 VECTORS = {
-    "llama-2-7b": model_vector(dict(layers=32, hidden=4096, n_heads=32, n_kv_heads=32, ffn=11008, vocab=32000), 1, HW),
+    "llama-2-7b": model_vector(dict(layers=32, hidden=4096, n_heads=32, n_kv_heads=32, ffn=11008, vocab=32000), 1, HW,
+                               TABLES["llama-2-7b"]),
     "mixtral-8x7b": model_vector(dict(layers=32, hidden=4096, n_heads=32, n_kv_heads=8, ffn=14336, n_experts=8,
-                                      top_k=2, vocab=32000), 2, HW),
+                                      top_k=2, vocab=32000), 2, HW, TABLES["mixtral-8x7b"]),
 }
 OVERHEADS = {m: {"queueing_us": 1000.0 + k, "queueing_per_input_token_us": 0.5, "output_token_us": 12.0,
                  "post_decode_us": 3.0} for k, m in enumerate(VECTORS)}
@@ -241,12 +244,31 @@ def test_compiles_against_blis_token_id_request():
 def test_fill_components_is_generated_from_the_table():
     """The Go fillComponents is rendered from evaluator.component_table (values: test_go_parity)."""
     src = _emit(seed_sources()["roofline"])
-    body = src.split("fillComponents(P, D, nPrefill, nDecode, B, K float64, out *[15]float64) {\n", 1)[1]
+    body = src.split(f"fillComponents(P, D, nPrefill, nDecode, B, K float64, out *[{N_COMPONENTS}]float64) {{\n",
+                     1)[1]
     body = body.split("\n}\n", 1)[0]
     for i, row in enumerate(component_table.COMPONENT_ROWS):
         assert f"\tout[{i}] = " in body or f"\t\tout[{i}] = " in body, row.name
     assert "\tattnParams := h*(nq*hd) + 2.0*h*(nkv*hd) + nq*hd*h\n" in body
     assert "\t\tactive = nExp * (1.0 - math.Pow(1.0-topK/nExp, tokens))\n" in body
+
+
+def test_kernel_tables_are_emitted_only_for_measured_programs():
+    plain = _emit(seed_sources()["roofline"])
+    assert "tables" not in plain and "fillMeasured" not in plain
+    src = _emit(seed_sources()["measured"], type_name="MeasuredModel")
+    assert "\ttables " in src and "m.tables = []float64{" in src
+    assert "\t\tm.fillMeasured(m.tables, P, D, nPrefill, nDecode, B, K, out[15:21])\n" in src
+    assert src.count("func (m *MeasuredModel) kernelLin2(") == 1
+    # every model's flat array, value for value (Go parses the shortest repr back exactly)
+    for model, flat in TABLES.items():
+        if model in VECTORS:
+            first = src.split(f'case "{model}":', 1)[1].split("m.tables = []float64{", 1)[1].split("}", 1)[0]
+            assert [float(v) for v in first.replace("\n", " ").split(",") if v.strip()] == list(flat)
+    prog = parse_program(seed_sources()["measured"])
+    bare = {m: v[:13] for m, v in VECTORS.items()}
+    with pytest.raises(GoEmitError, match="reads measured components .* no kernel tables"):
+        emit_go(prog, {m: prog.initial_constants for m in VECTORS}, bare, OVERHEADS)
 
 
 @needs_go

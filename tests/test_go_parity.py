@@ -21,7 +21,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from evaluator.components import COMPONENTS, model_vector
+from evaluator import kernels as kt
+from evaluator.components import COMPONENTS, MEASURED_NAMES, model_vector
+from evaluator.data import load_default
 from evaluator.program import ProgramError, parse_program
 from gotool import Batch, ParityCase, get_toolchain, parity_check, parity_check_many
 from seeds import seed_sources
@@ -72,8 +74,19 @@ def local_arch_from_config(folder: str, name: str) -> dict:
     }
 
 
+def local_kernel_tables() -> dict[str, np.ndarray]:
+    """model -> kernel tables: reduced from DATA_DIR/kernels if present, else the embedded ones."""
+    if (DATA_DIR / kt.AIC_DIR).is_dir():
+        tables = kt.read_kernel_tables(DATA_DIR)
+        return {name: kt.reduce_for_model(tables, local_arch_from_config(folder, name), tp, H100)
+                for name, (folder, tp) in LOCAL_MODELS.items()}
+    return {e.model: e.kernels for e in load_default().experiments}
+
+
 def local_model_vectors() -> dict[str, np.ndarray]:
-    return {name: model_vector(local_arch_from_config(folder, name), tp, H100)
+    """MODEL_FIELDS followed by the kernel tables (what Experiment.model_vec gives)."""
+    tables = local_kernel_tables()
+    return {name: model_vector(local_arch_from_config(folder, name), tp, H100, tables[name])
             for name, (folder, tp) in LOCAL_MODELS.items()}
 
 
@@ -166,6 +179,17 @@ def edge_batches(model: str) -> list[Batch]:
         Batch(model, [(0, 16, 4096, 1)] * 128),             # 128 prefill chunks
         Batch(model, [(i * 7, 1 + i % 5, 3000, 500) for i in range(100)]),  # mixed
     ]
+
+
+def extrapolation_batches(model: str) -> list[Batch]:
+    """Beyond the measured kernel tables: long contexts, wide decode batches, long prefill chunks."""
+    out = []
+    for n_dec in (1, 3, 64, 200, 1000):
+        for ctx in (1, 4095, 20000, 150000):
+            out.append(Batch(model, [(ctx, 1, 10, ctx + 5)] * n_dec))
+    for chunk, n_chunks in ((1, 1), (9000, 1), (70000, 1), (2048, 40), (300, 600)):
+        out.append(Batch(model, [(0, chunk, chunk + 10, 5)] * n_chunks + [(5000, 1, 100, 9000)] * 3))
+    return out
 
 
 def all_batches(seed: int = 20260218) -> list[Batch]:
@@ -306,6 +330,23 @@ def test_seeds_and_constructs_parity(vectors, batches):
     assert 1 in clamp and (1 << 53) in clamp
 
 
+def test_measured_components_parity(vectors, batches):
+    """Go fillMeasured (and its interpolation) gives numba's measured components, to the last
+    digits: each component is scaled by 1e6 before the step time is rounded to whole us."""
+    programs = {f"measured_{name}": parse_program(f"S = 1000000.0\ndef predict_step_time({name}):\n"
+                                                  f"    return S * {name} + 1.0\n")
+                for name in sorted(MEASURED_NAMES)}
+    grid = [b for m in LOCAL_MODELS for b in extrapolation_batches(m)]
+    report = parity_check_many(_cases(programs, vectors), batches + grid)
+    assert report.ok, report.summary()
+    assert report.n_compared == len(programs) * len(batches + grid)
+    step = report.go_values[[c for c in report.go_values if "TStepMeasured" in c][0]]
+    # every batch with work has a measured time; batches without new tokens give S * 0 + 1
+    idle = [not any(r[1] > 0 for r in b.requests) for b in batches + grid]
+    assert [v <= 1 for v in step] == idle and min(v for v in step if v > 1) > 1e6
+    assert max(step) > 1e12  # the extrapolation grid was reached (seconds-long steps)
+
+
 def test_single_program_parity_legacy5(vectors, batches):
     prog = parse_program(seed_sources()["phase_split"])
     report = parity_check(prog, per_model_constants(prog, vectors), vectors, batches[::4],
@@ -316,7 +357,9 @@ def test_single_program_parity_legacy5(vectors, batches):
 # ----------------------------------------------------------------- property test: random programs
 
 LEAVES = ("t_prefill_gemm", "t_prefill_attn", "t_decode_gemm", "t_decode_kv", "t_weights", "t_allreduce",
-          "t_lm_head", "P", "D", "B", "K", "n_prefill", "n_decode", "layers", "tp")
+          "t_lm_head", "P", "D", "B", "K", "n_prefill", "n_decode", "layers", "tp", "t_gemm_measured",
+          "t_decode_attn_measured", "t_prefill_attn_measured", "t_allreduce_measured", "t_moe_measured",
+          "t_step_measured")
 assert set(LEAVES) == set(COMPONENTS)
 
 _LITERALS = [0, 1, 2, 0.5, 1.5, 10.0, 100.0, 1e-3, 16, 4096.0, 0.0]
@@ -448,7 +491,7 @@ def test_evolved_programs_parity(vectors, batches):
             cur, _ = mut.propose_program([cur, other])
             if depth % 4 == 0:
                 programs[f"evolved_{name}_{depth}"] = cur
-    assert len(programs) == 15
+    assert len(programs) == 3 * len(seed_sources())
     report = parity_check_many(_cases(programs, vectors), batches[::2])
     assert report.ok, report.summary()
     assert report.max_abs_diff_us <= 1

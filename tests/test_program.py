@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from evaluator.blis_models import BLACKBOX_SOURCE
+from evaluator.components import N_COMPONENTS
 from evaluator.program import ProgramError, parse_program
 from seeds import seed_sources
 
@@ -72,16 +73,16 @@ def test_compiled_matches_python_and_seeds_compile():
         p = parse_program(src)
         f, g = p.compiled(), p.python_function()
         for _ in range(20):
-            x = rng.uniform(0.5, 5000.0, size=15)
+            x = rng.uniform(0.5, 5000.0, size=N_COMPONENTS)
             assert f(x, p.initial_constants) == pytest.approx(g(x, p.initial_constants), rel=1e-12), name
     p = parse_program(GOOD)
-    x = np.full(15, 4.0)
+    x = np.full(N_COMPONENTS, 4.0)
     assert p.compiled()(x, p.initial_constants) == pytest.approx(p.python_function()(x, p.initial_constants))
 
 
 def test_numba_error_model_gives_nan_not_exception():
     p = parse_program("def predict_step_time(P):\n    return log(P - P) + sqrt(P - 2 * P)\n")
-    assert math.isnan(p.compiled()(np.ones(15), np.zeros(0)))
+    assert math.isnan(p.compiled()(np.ones(N_COMPONENTS), np.zeros(0)))
 
 
 def test_with_constants_rewrites_values():

@@ -82,19 +82,20 @@ def test_offline_generations_are_full_of_new_programs(tmp_path):
     """Duplicates are drawn again at proposal time: every generation after the seeds holds
     generation_size structurally new programs, none of them a duplicate or a constant-only
     change (constants are fitted, so those could not score differently)."""
-    arch, out = _run(tmp_path, "g.db", workers=1, budget=5 + 8, seed=5)
+    n_seeds = len(seed_sources())
+    arch, out = _run(tmp_path, "g.db", workers=1, budget=n_seeds + 8, seed=5)
     con = sqlite3.connect(tmp_path / "g.db")
     rows = con.execute("select generation, operator, valid, reject_reason, canonical_hash from programs "
                        "where run_id = ?", (out["run_id"],)).fetchall()
     con.close()
     assert not [r for r in rows if r[3]]  # nothing rejected
     hashes = [r[4] for r in rows]
-    assert len(hashes) == len(set(hashes)) == 13
+    assert len(hashes) == len(set(hashes)) == n_seeds + 8
     assert "constant" not in {r[1] for r in rows}
     per_gen = {}
     for g, *_ in rows:
         per_gen[g] = per_gen.get(g, 0) + 1
-    assert per_gen == {0: 5, 1: 4, 2: 4}  # generation_size 4, budget 13 = 5 seeds + 8
+    assert per_gen == {0: n_seeds, 1: 4, 2: 4}  # generation_size 4, budget = the seeds + 8
 
 
 def test_full_evaluation_starts_from_the_screen_fit(evaluator):

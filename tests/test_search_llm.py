@@ -2,11 +2,13 @@
 then the same run replayed from the archive's cache with the server gone."""
 import sqlite3
 
-
 from evolve.archive import Archive
 from evolve.config import RunConfig
 from evolve.search import Search
+from seeds import seed_sources
 from tests.openai_stub_server import StubServer, chat_completion
+
+BUDGET = len(seed_sources()) + 4  # the seeds, then one generation of 4 LLM proposals
 
 REPLY = """Here is a better model:
 ```python
@@ -46,7 +48,7 @@ def test_llm_run_then_exact_replay(tmp_path, monkeypatch):
     arch = Archive(db)
     with StubServer() as stub:
         stub.handler = _handler()
-        cfg = RunConfig(budget=9, seed=5, workers=1, generation_size=4, holdout=False, llm="openai/stub-model",
+        cfg = RunConfig(budget=BUDGET, seed=5, workers=1, generation_size=4, holdout=False, llm="openai/stub-model",
                         llm_base=stub.api_base)
         s = Search(cfg, arch)
         s.llm.max_retries = 0
@@ -64,7 +66,7 @@ def test_llm_run_then_exact_replay(tmp_path, monkeypatch):
     calls = con.execute("select count(*), sum(prompt_tokens) from llm_calls").fetchone()
     con.close()
     assert calls[0] >= 3 and calls[1] >= 900  # tokens recorded per call
-    assert arch.get_run(run_id)["n_evaluated"] >= 9
+    assert arch.get_run(run_id)["n_evaluated"] >= BUDGET
 
     # replay: same seed, no server; every reply comes from the archive's cache
     db2 = tmp_path / "b.db"
@@ -73,7 +75,7 @@ def test_llm_run_then_exact_replay(tmp_path, monkeypatch):
     src.close()
     dst.close()
     arch2 = Archive(db2)
-    cfg2 = RunConfig(budget=9, seed=5, workers=1, generation_size=4, holdout=False, llm="openai/stub-model",
+    cfg2 = RunConfig(budget=BUDGET, seed=5, workers=1, generation_size=4, holdout=False, llm="openai/stub-model",
                      llm_base="http://127.0.0.1:9/v1", replay=run_id)
     s2 = Search(cfg2, arch2)
     run2 = s2.start()

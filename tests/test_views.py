@@ -270,3 +270,22 @@ def test_frontier_cli_json_is_strict(filled, capsys):
     by_id = {r["id"]: r for r in rows}
     assert best in by_id and by_id[best]["step_mape"] is None and by_id[best]["e2e_mean"] > 0
     assert all(not str(r["run"]).startswith("baselines-") for r in rows)
+
+
+def test_report_plots_peak_vs_measured_components(filled, gt, tmp_path):
+    from evolve.views.components_view import components_data
+    a, run, _ = filled
+    comps = components_data(gt, ["llama-2-70b", "llama-2-7b"])
+    page = open(report_html(a, tmp_path / "c.html", run=run, components=comps), encoding="utf-8").read()
+    figs = _figures(page)
+    assert {"plot-components-0", "plot-components-1"} <= set(figs)
+    f70 = figs["plot-components-0"]  # models in name order
+    bars = [t for t in f70["data"] if t["type"] == "bar"]
+    assert [t["name"] for t in bars] == ["measured gemm", "measured dec attn", "measured pf attn", "measured allred",
+                                         "measured moe"]
+    grid = comps["llama-2-70b"]["grid"]
+    step = [sum(t["y"][i] for t in bars) for i in range(len(grid))]
+    assert step == pytest.approx([r["t_step_measured"] / 1000 for r in grid], rel=1e-9)
+    cyc = _trace(f70, "real step cycle nearby (median)")["y"]
+    assert sum(v is not None for v in cyc) == sum(r["measured_cycle_n"] > 0 for r in grid) > 0
+    assert "scaled x4" in page  # llama-2-7b's decode attention layout note

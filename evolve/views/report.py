@@ -21,6 +21,7 @@ from evaluator.objectives import BY_NAME, HELDOUT, ORDER, ranked
 from evolve.views.format import (BASELINE_PREFIX, baselines_map, cache_cells, const_names, fmt_err, fmt_num,
                                  go_cap_status, mean, objectives_of, rows_of)
 from evolve.views.plots import pareto_figure, progress_figure, stage_errors_figure, ttft_itl_figure
+from evolve.views.components_view import components_figure
 from evolve.views.holdout_table import holdout_summary, split_errors
 from evolve.views.tables import frontier_table, search_frontier, shown_error_keys
 
@@ -141,9 +142,28 @@ def _holdout_html(ev: Mapping) -> str:
             f"{splits}</table>")
 
 
+def _components_html(components: Mapping[str, Mapping]) -> str:
+    """Peak-speed vs measured components per model (evolve.views.components_view)."""
+    parts = ["<h2>Peak-speed vs measured components</h2>",
+             '<p class="muted">vLLM\'s measured kernels (aiconfigurator tables, H100, vLLM 0.14) summed per '
+             "step, stacked, beside the sum of the peak-speed components and the real step cycles measured "
+             "near each batch state (log scale). <code>evolve components --data DIR</code> prints the "
+             "values.</p>", '<div class="plots">']
+    for i, (model, d) in enumerate(sorted(components.items())):
+        notes = "; ".join(d.get("notes") or [])
+        if d.get("error") or not d.get("grid"):
+            parts.append(f'<p class="bad">{html.escape(model)}: {html.escape(str(d.get("error")))}</p>')
+            continue
+        parts.append(f'<div><p class="muted">{html.escape(model)}: {html.escape(notes)}</p>'
+                     + _plot(components_figure(model, d), f"plot-components-{i}") + "</div>")
+    return "".join(parts) + "</div>"
+
+
 def report_html(archive, out_path, run: str | None = None, program_id: int | None = None,
-                baselines: Mapping[str, Any] | None = None) -> str:
+                baselines: Mapping[str, Any] | None = None, components: Mapping[str, Mapping] | None = None) -> str:
     """Write ONE self-contained HTML page; returns its path.
+
+    components: model -> evolve.views.components_view.components_data entry (optional section).
 
     baselines: name -> Evaluation (or archive record, or list of experiment-stage rows).
     program_id: the program detailed at the bottom (default: best e2e_mean in scope).
@@ -185,6 +205,8 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     if baselines:
         body.append(_baseline_table(baselines))
     body.append("<h2>Search progress</h2>" + _plot(progress_figure(evals), "plot-progress"))
+    if components:
+        body.append(_components_html(components))
     if chosen:
         body.append(_program_html(chosen, baselines))
     others = [r for r in front if r["id"] != chosen_id]

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 
+from evaluator.components import MEASURED_NAMES
 from evaluator.objectives import BY_NAME, HELDOUT, finite_or_none, ranked
 from evolve.pareto import pareto_front
 from evolve.views.format import (BASELINE_PREFIX, cache_cells, complexity_of, const_names, fmt_err, fmt_ms, fmt_num,
@@ -192,8 +193,10 @@ def render_breakdown(parts: Sequence[Mapping], console) -> None:
     console.print(t)
     names = list((parts[0].get("components") or {}).keys())
     used = set(parts[0].get("components_used") or ())
-    # the step-time components, and any raw quantity the program reads
-    cols = [k for k in names if k.startswith("t_")] + [k for k in names if not k.startswith("t_") and k in used]
+    # the step-time components (the measured ones if the program reads one), and any raw quantity it reads
+    measured = bool(used & MEASURED_NAMES)
+    cols = [k for k in names if k.startswith("t_") and (measured or k not in MEASURED_NAMES)] \
+        + [k for k in names if not k.startswith("t_") and k in used]
     t = Table(title="Predicted step vs analytical components: means over the simulated decode steps of the "
                     "held-out window (us; * = read by the program)", header_style="bold")
     for c in ("experiment", "st", "steps", "predicted step", *(k + ("*" if k in used else "") for k in cols),
@@ -202,7 +205,7 @@ def render_breakdown(parts: Sequence[Mapping], console) -> None:
     for r in parts:
         comps = r.get("components") or {}
         step = finite_or_none(r.get("pred_step_us"))
-        times = {k: finite_or_none(comps.get(k)) for k in cols if k.startswith("t_")}
+        times = {k: finite_or_none(comps.get(k)) for k in cols if k.startswith("t_") and k != "t_step_measured"}
         times = {k: v for k, v in times.items() if v is not None}
         top = max(times, key=times.get, default=None)
         largest = "—" if top is None else top + (f" ({100 * times[top] / step:.0f}% of step)" if step else "")
