@@ -1,5 +1,7 @@
 """The judge: ground-truth data, analytical components, per-step scoring and the vLLM-like simulator."""
+import hashlib as _hashlib
 import os as _os
+from pathlib import Path as _Path
 
 # One BLAS thread per process: evaluations run in parallel processes already, and a
 # multithreaded SVD inside least_squares on a loaded 2-core machine ran 13x slower (0.175 s vs
@@ -13,11 +15,9 @@ def _drop_stale_numba_caches() -> None:
     not the files of the functions it calls: after `fill_components` or the KV pool changed, a
     cached simulator would go on calling the old ones (seen: every measured component read 0).
     So: when any kernel file that others call has changed, drop this package's numba caches."""
-    import hashlib
-    from pathlib import Path
-    here = Path(__file__).resolve().parent
+    here = _Path(__file__).resolve().parent
     called = ("components_kernel.py", "measured_kernel.py", "kv_cache.py", "kernels.py", "components.py")
-    digest = hashlib.sha256(b"".join((here / n).read_bytes() for n in called if (here / n).exists())).hexdigest()
+    digest = _hashlib.sha256(b"".join((here / n).read_bytes() for n in called if (here / n).exists())).hexdigest()
     cache = here / "__pycache__"
     stamp = cache / "numba_callees.sha256"
     try:

@@ -75,13 +75,13 @@ def emit_record(record: Mapping, gt: GroundTruth, *, package: str = "latency", i
                     f"complexity {program.complexity.total} -> {simp.program.complexity.total}")
             program, by_model, removed = simp.program, simp.constants, simp.removed
             scores["complexity"] = float(program.complexity.total)
+    overheads = ev.get("overheads") or {}
+    code = emit_go(program, by_model, {m: vectors[m] for m in by_model},
+                   {m: overheads.get(m, {}) for m in by_model}, package=package, interface=interface,
+                   program_id=str(pid), scores=scores, caps=caps)  # the Go cap is refused first
     why = physics.check_by_model(program.compiled(), {m: np.asarray(c, np.float64) for m, c in by_model.items()},
                                  dict(probes), {m: g for m, g in physics.model_grids(gt).items() if m in by_model},
                                  physics.measured_read(program.params))
     if why:
         raise GoEmitError(f"program {pid} is not emitted, it is unphysical: {why}")
-    overheads = ev.get("overheads") or {}
-    code = emit_go(program, by_model, {m: vectors[m] for m in by_model},
-                   {m: overheads.get(m, {}) for m in by_model}, package=package, interface=interface,
-                   program_id=str(pid), scores=scores, caps=caps)
     return EmittedGo(code, tuple(sorted(by_model)), removed, note, program)

@@ -140,7 +140,7 @@ def test_show_says_where_measured_components_came_from(tmp_path):
     a = Archive(tmp_path / "a.db")
     run = a.start_run({"data": None}, seed=0, budget=1)  # the embedded default
     pid = a.add_candidate(run, seed_sources()["measured"], operator="seed")
-    plain = a.add_candidate(run, seed_sources()["blackbox"], operator="seed")
+    plain = a.add_candidate(run, seed_sources()["roofline"], operator="seed")
     a.close()
     out = evolve("show", str(pid), "--archive", str(tmp_path / "a.db")).stdout
     assert "measured components (t_step_measured)" in out

@@ -67,7 +67,7 @@ def test_without_kernel_tables_measured_programs_are_invalid_with_the_reason(no_
 
 
 def test_without_kernel_tables_other_programs_are_unaffected(no_kernels, evaluator):
-    prog = parse_program(seed_sources()["blackbox"])
+    prog = parse_program(seed_sources()["roofline"])
     a = Evaluator(no_kernels).evaluate(prog, refine=False)
     b = evaluator.evaluate(prog, refine=False)
     assert a.valid and b.valid and a.objectives == pytest.approx(b.objectives, rel=1e-9)
