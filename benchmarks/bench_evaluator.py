@@ -10,6 +10,10 @@ Target: lru / always-hit <= 1.5 for the full evaluation. Recorded (2 shared core
   before the block pool (always-hit simulator only): simulate all 0.481 s, full evaluation 1.525 s
   with it, same process, machine load ~5 (2026-11-23): always-hit simulate all 1.059 s, full 3.948 s;
   lru simulate all 2.277 s, full 6.345 s: 1.61x, over the 1.5x target (see issue 17 notes)
+  after recorded states stopped zeroing a max_steps array per run (2026-11-23, quiet, blackbox):
+  always-hit full 1.593 -> 1.397 s, lru full 2.431 -> 2.068 s: 1.48x
+  with the physical rules and the roofline seed as the timed program (2026-11-23, quiet):
+  always-hit full 1.715 s, lru full 2.403 s: 1.40x
 """
 from __future__ import annotations
 
