@@ -208,8 +208,8 @@ class Evaluator:
         return self._split_refs[key]
 
     def _calibrated_states(self, groups: dict[str, list], key_of: dict[str, str]) -> dict[str, np.ndarray]:
-        """Simulate the roofline seed calibrated per group (two rounds) and record states: the
-        states a physical program visits (a queue builds as it does for the candidates)."""
+        """Simulate the roofline seed calibrated per group (refitted twice on its own states) and
+        record states: the states a physical program visits (a queue builds as for the candidates)."""
         ref = parse_program(seed_sources()[REFERENCE_SEED])
         f = ref.compiled()
         consts = {key: ref.initial_constants.copy() for key in groups}
@@ -259,13 +259,12 @@ class Evaluator:
             c = consts.get(key)
             if c is None:
                 continue
-            why = physics.check_program(f, c, self._probe(key, exps), None)
+            models = self._models_of(key, exps)
+            why = (physics.check_program(f, c, self._probe(key, exps), None)
+                   or physics.check_by_model(f, {m: c for m in models}, None, {m: grids[m] for m in models},
+                                             physics.measured_read(params)))
             if why:
                 return f"unphysical: {why}"
-            for m in self._models_of(key, exps):
-                why = physics.check_program(f, c, None, grids[m], physics.measured_read(params))
-                if why:
-                    return f"unphysical: {m}: {why}"
         return None
 
     def _key(self, e) -> str:

@@ -95,7 +95,6 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
     n_cons = len(cons.X) if cons is not None else 0
     if n_cons:
         blocks.append(cons.X)
-        raised = cons.floor * (1.0 + FLOOR_MARGIN)
         w_floor = FLOOR_WEIGHT / np.sqrt(n_cons)
         w_mono = MONO_WEIGHT / np.sqrt(max(1, len(cons.lo)))
     if not blocks:
@@ -147,13 +146,9 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
             r = (np.where(bad, 1.0, p) - Ry) / Ry
             parts.append(row_w * np.where(bad, INVALID_PENALTY, r))
         if n_cons:
-            p = pa[len(pa) - n_cons:]
-            p = np.where(np.isfinite(p), p, -raised)
-            parts.append(heavier[0] * w_floor * np.maximum(0.0, (raised - p) / raised))
-            a, b = p[cons.lo], p[cons.hi]
-            scale = np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-9)
-            allow = cons.allow if cons.allow is not None else 0.0
-            parts.append(heavier[0] * w_mono * np.maximum(0.0, (a - b) / scale - allow + MONO_MARGIN))
+            below, fall = constraint_residuals(pa[len(pa) - n_cons:], cons, FLOOR_MARGIN, MONO_MARGIN)
+            parts.append(heavier[0] * w_floor * below)
+            parts.append(heavier[0] * w_mono * fall)
         # a faint pull towards the declared values: it decides only the directions the data
         # does not feel (OVERHEAD against EFFICIENCY * t_weights for a dense model), which
         # otherwise drift to +-1e6 pairs that cancel (evaluator.identify reports them)

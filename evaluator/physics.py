@@ -335,14 +335,17 @@ def constraints(probes: np.ndarray | None, grids) -> Constraints:
     return Constraints(X, floor_us(X), cat(lo), cat(hi))
 
 
-def constraint_residuals(pred: np.ndarray, c: Constraints) -> tuple[np.ndarray, np.ndarray]:
-    """(relative shortfall below the floor per row, relative fall per grid pair); zero where
-    physical. Non-finite predictions count as a full shortfall."""
-    p = np.where(np.isfinite(pred), pred, -c.floor)
-    below = floor_residuals(p, c.floor)
+def constraint_residuals(pred: np.ndarray, c: Constraints, floor_margin: float = 0.0,
+                         mono_margin: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(relative shortfall below the floor per row, relative fall per grid pair beyond what the
+    measured components allow); zero where physical. Non-finite predictions count as a full
+    shortfall. The margins aim inside the rules (the fit's penalties); the checks use none."""
+    floor = c.floor * (1.0 + floor_margin)
+    p = np.where(np.isfinite(pred), pred, -floor)
+    below = floor_residuals(p, floor)
     a, b = p[c.lo], p[c.hi]
-    fall = np.maximum(0.0, (a - b) / np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-9)
-                      - (c.allow if c.allow is not None else 0.0))
+    allow = c.allow if c.allow is not None else 0.0
+    fall = np.maximum(0.0, (a - b) / np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-9) - allow + mono_margin)
     return below, fall
 
 
@@ -357,8 +360,7 @@ def floor_report(predict, consts, grid: np.ndarray, params=()) -> str:
         return "non-finite predictions on the grid"
     ratio = pred / np.maximum(fl, 1e-9)
     i = int(np.argmin(ratio))
-    work = fl
-    j = int(np.argmax(work))
+    j = int(np.argmax(fl))
     why = monotonicity_violation(pred, np.asarray(grid), read)
     return (f"closest to the floor {ratio[i]:.2f}x at {describe_state(G[i])}; heaviest state "
             f"{describe_state(G[j])}: {_fmt_us(pred[j])} vs floor {_fmt_us(fl[j])} ({ratio[j]:.2f}x)"

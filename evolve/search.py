@@ -141,6 +141,7 @@ class Search:
         self.skipped = 0  # offline draws discarded as already seen
         self._pool_key = None  # (generation, members) the cached parent pool was built for
         self._pool_cache: tuple[list[Member], list[Member]] = ([], [])
+        self._grids: dict | None = None  # extrapolation grids per model, for the LLM's floor text
 
     # -------------------------------------------------------------- entry points
     def start(self) -> str:
@@ -297,7 +298,7 @@ class Search:
                           transfer=_transfer_text(ev), floor=self._floor_text(m.program, ev))
 
     def _floor_text(self, program: Program, ev: dict) -> str:
-        if getattr(self, "_grids", None) is None:
+        if self._grids is None:
             self._grids = physics.model_grids(load(self.cfg.data))
         consts = ev.get("constants") or {}
         lines = []
