@@ -405,7 +405,7 @@ def _errors_table(ev: dict) -> str:
 
 
 def _transfer_text(ev: dict) -> str:
-    """Held-out splits, worst first: 'model:llama-2-7b 52.4% mean E2E (fitted without it)'."""
+    """Held-out splits' mean E2E error (fitted without them), worst first: 'model:llama-2-7b: 52.4%'."""
     errs = split_errors(ev)
     if not errs:
         return ""
