@@ -194,6 +194,20 @@ class Evaluator:
             self._reference = self._calibrated_states(groups, {e.id: k for k, ex in groups.items() for e in ex})
         return self._reference
 
+    def shared_states(self, heldout: bool) -> dict:
+        """Everything a worker would otherwise recompute from the ground truth: the reference
+        states, and with `heldout` the held-out splits' reference states. A distributed
+        executor computes them once per run and hands them to every worker (`adopt_states`)."""
+        out = {"reference": self.reference_states()}
+        if heldout:
+            out["split"] = {key: self.split_reference(key == "lowest") for key in ("all", "lowest")}
+        return out
+
+    def adopt_states(self, shared: dict) -> None:
+        """Take states made by `shared_states` on an evaluator of the same ground truth."""
+        self._reference = shared["reference"]
+        self._split_refs.update(shared.get("split", {}))
+
     def split_reference(self, lowest_stage: bool) -> dict[str, np.ndarray]:
         """Reference states for held-out splits: every experiment calibrated on its own data
         alone (on its lowest-rate stage alone for leave-high-load-out), so the states a split

@@ -17,11 +17,12 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 from scipy.optimize import least_squares
 
-from evaluator.components import components_for_model
+from evaluator.components import N_COMPONENTS, components_for_model
 from evaluator.physics import REL_TOL, Constraints, constraint_residuals
-from evaluator.step_scoring import StepRows, predict_rows
+from evaluator.step_scoring import StepRows, predict_rows, predict_rows_multi
 
 STAGE_WEIGHT = 3.0  # a stage's per-token residual weighs like this many step-MAPE units
 TTFT_WEIGHT = 2.0  # weight of the one-sided TTFT residual (see fit_constants)
@@ -77,108 +78,260 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
     `cons` are the states a simulation may visit (probes) and the extrapolation grid
     (`evaluator.physics.constraints`); their penalties keep the fit physical, so it cannot buy
     accuracy in the training window with a step faster than the hardware elsewhere.
+
+    Cost (issue 12): the Jacobian is the chain rule through the residuals, with only the
+    predictions differenced (`FitProblem.jacobian`); the constraint penalties are fitted on a
+    working set that grows by every row or pair a fit leaves active (`_ActiveSet`): a hinge
+    that is inactive contributes nothing, so the optimum is the one of the full problem.
     """
     x0 = np.asarray(x0, np.float64)
     if x0.size == 0:
         return x0, 0.0
-    # One stacked matrix, one compiled call per residual evaluation: calling a numba
-    # function with a first-class function argument costs ~45 us of dispatch, which
-    # dominated the fit when every stage, the step rows and the constraints were separate calls.
-    blocks = [st.X for st in stages]
-    n_stage_rows = sum(len(b) for b in blocks)
-    Ry = np.zeros(0)
-    if rows:
-        sel = [r.train & r.has_target for r in rows]
-        blocks += [r.X[m] for r, m in zip(rows, sel)]
-        Ry = np.concatenate([r.target_us[m] for r, m in zip(rows, sel)])
-    row_w = 1.0 / np.sqrt(max(1, len(Ry)))
-    n_cons = len(cons.X) if cons is not None else 0
-    if n_cons:
-        blocks.append(cons.X)
-        w_floor = FLOOR_WEIGHT / np.sqrt(n_cons)
-        w_mono = MONO_WEIGHT / np.sqrt(max(1, len(cons.lo)))
-    if not blocks:
+    if not stages and not rows and (cons is None or not len(cons.X)):
         return x0, 0.0
-    XA = np.ascontiguousarray(np.vstack(blocks))
-    bounds = np.cumsum([0] + [len(st.X) for st in stages])
-    Ds = [np.asarray(st.D, np.float64) for st in stages]
-    sumD = [float(np.sum(d)) for d in Ds]
-    targets = np.array([st.target_itl_us for st in stages])
-    # TTFT proxy per stage: a request arriving at a random moment waits out the residual of
-    # the step in progress, sum(dt^2) / (2 sum(dt)), then the step that runs its prefill
-    # (mean of dt weighted by requests in prefill). It matches the simulated mean TTFT
-    # closely when there is no queue (checked in tests). The residual is one-sided: a
-    # simulated TTFT below the measured one is what the request-level queueing overhead
-    # (>= 0) absorbs; one above it cannot be repaired, and without this term nothing in the
-    # per-token target decides how step time splits between prefill and decode steps.
-    NPs = [np.asarray(st.NP, np.float64)
-           if st.NP is not None and np.isfinite(st.target_ttft_us) and st.target_ttft_us > 0 and np.sum(st.NP) > 0
-           else None for st in stages]
-    n_ttft = sum(npf is not None for npf in NPs)
-    heavier = [1.0]
-    prior_scale = np.maximum(np.abs(x0), 1.0)
-
-    def residuals(c):
-        pa = predict_rows(predict, XA, np.ascontiguousarray(c))
-        parts = []
-        if stages:
-            p = pa[:n_stage_rows]
-            bad = ~np.isfinite(p) | (p < 1.0)
-            p = np.where(bad, 1.0, p)
-            pen = np.empty(len(stages))
-            itl = np.empty(len(stages))
-            over = np.empty(n_ttft)
-            j = 0
-            for k, st in enumerate(stages):
-                pk = p[bounds[k]:bounds[k + 1]]
-                pen[k] = bad[bounds[k]:bounds[k + 1]].mean()
-                itl[k] = np.dot(pk, Ds[k]) / sumD[k]
-                if NPs[k] is not None:
-                    over[j] = max(0.0, ttft_proxy(pk, NPs[k]) - st.target_ttft_us) / st.target_ttft_us
-                    j += 1
-            # fixed-length residual vector: the penalty entries are always present
-            parts.append(INVALID_PENALTY * 10.0 * pen)
-            parts.append(STAGE_WEIGHT * (itl - targets) / targets)
-            parts.append(TTFT_WEIGHT * over)
-        if len(Ry):
-            p = pa[n_stage_rows:n_stage_rows + len(Ry)]
-            bad = ~np.isfinite(p) | (p < 1.0)
-            r = (np.where(bad, 1.0, p) - Ry) / Ry
-            parts.append(row_w * np.where(bad, INVALID_PENALTY, r))
-        if n_cons:
-            below, fall = constraint_residuals(pa[len(pa) - n_cons:], cons, FLOOR_MARGIN, MONO_MARGIN)
-            parts.append(heavier[0] * w_floor * below)
-            parts.append(heavier[0] * w_mono * fall)
-        # a faint pull towards the declared values: it decides only the directions the data
-        # does not feel (OVERHEAD against EFFICIENCY * t_weights for a dense model), which
-        # otherwise drift to +-1e6 pairs that cancel (evaluator.identify reports them)
-        parts.append(PRIOR_WEIGHT * (c - x0) / prior_scale)
-        r = np.concatenate(parts) if parts else np.zeros(1)
-        return np.where(np.isfinite(r), r, INVALID_PENALTY)
-
-    def broken(c) -> bool:
-        below, fall = constraint_residuals(predict_rows(predict, cons.X, np.ascontiguousarray(c)), cons)
-        return bool(below.size and below.max() > 0) or bool(fall.size and fall.max() > REL_TOL)
-
+    prob = FitProblem(predict, x0, stages, rows, cons)
     x = x0
     scale = np.maximum(np.abs(x0), 1e-3)
     cost = float("inf")
-    for factor in CONSTRAINT_ESCALATION if n_cons else (1.0,):
-        heavier[0] = factor
-        try:
-            # candidates explore wild constants: overflow inside the optimizer is expected and
-            # handled (residuals are clamped), so keep it off the user's terminal
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                res = least_squares(residuals, x, method="trf", x_scale=scale,
-                                    max_nfev=(max_nfev if factor == 1.0 else 3 * max_nfev) * (x0.size + 1),
-                                    diff_step=1e-4)
-            x, cost = res.x, float(res.cost)
-        except (ValueError, FloatingPointError):
-            cost = float(np.sum(residuals(x) ** 2) / 2)
-        if not n_cons or not broken(x):
+    for factor in CONSTRAINT_ESCALATION if prob.n_cons else (1.0,):
+        prob.heavier = factor
+        for _ in range(MAX_WORKING_SET_ROUNDS):
+            try:
+                # candidates explore wild constants: overflow inside the optimizer is expected and
+                # handled (residuals are clamped), so keep it off the user's terminal
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    res = least_squares(prob.residuals, x, jac=prob.jacobian, method="trf", x_scale=scale,
+                                        max_nfev=(max_nfev if factor == 1.0 else 3 * max_nfev) * (x0.size + 1))
+                x, cost = res.x, float(res.cost)
+            except (ValueError, FloatingPointError, np.linalg.LinAlgError):
+                cost = float(np.sum(prob.residuals(x) ** 2) / 2)
+            if not prob.grow(x):
+                break
+        if not prob.n_cons or not prob.broken(x):
             break
     return x, cost
+
+
+MAX_WORKING_SET_ROUNDS = 4  # refits per escalation step while the fit leaves new constraints active
+WORKING_SET_START = 1024  # constraint rows (and grid pairs) in the first working set, evenly spaced
+DIFF_STEP = 1e-4  # relative forward-difference step of the predictions, as scipy's diff_step
+
+
+class FitProblem:
+    """The residual vector of `fit_constants` and its Jacobian, for one stacked component matrix.
+
+    Layout: per stage an invalid-prediction penalty and the per-token residual; one one-sided
+    TTFT residual per stage with prefills; the step rows; the floor rows and grid pairs of the
+    constraint working set; the prior. Per-stage sums are sparse matrix products.
+    """
+
+    def __init__(self, predict, x0, stages, rows, cons):
+        self.predict, self.x0 = predict, x0
+        self.prior_scale = np.maximum(np.abs(x0), 1.0)
+        self.heavier = 1.0
+        blocks = [st.X for st in stages]
+        self.n_st = sum(len(b) for b in blocks)
+        lens = np.array([len(st.X) for st in stages], np.int64)
+        seg = np.repeat(np.arange(len(stages)), lens)
+        col = np.arange(self.n_st)
+        D = np.concatenate([np.asarray(st.D, np.float64) for st in stages]) if stages else np.zeros(0)
+        sumD = np.bincount(seg, weights=D, minlength=len(stages)) if stages else np.zeros(0)
+        shape = (len(stages), self.n_st)
+        with np.errstate(all="ignore"):
+            self.S_itl = sparse.csr_matrix((D / sumD[seg], (seg, col)), shape=shape)
+        self.S_mean = sparse.csr_matrix((1.0 / np.maximum(lens[seg], 1), (seg, col)), shape=shape)
+        self.targets = np.array([st.target_itl_us for st in stages])
+        # TTFT proxy per stage (see `ttft_proxy`): a request arriving at a random moment waits out
+        # the residual of the step in progress, sum(dt^2) / (2 sum(dt)), then the step that runs
+        # its prefill (mean of dt weighted by requests in prefill). It matches the simulated mean
+        # TTFT closely when there is no queue (checked in tests). The residual is one-sided: a
+        # simulated TTFT below the measured one is what the request-level queueing overhead (>= 0)
+        # absorbs; one above it cannot be repaired, and without this term nothing in the
+        # per-token target decides how step time splits between prefill and decode steps.
+        tt = [k for k, st in enumerate(stages)
+              if st.NP is not None and np.isfinite(st.target_ttft_us) and st.target_ttft_us > 0 and np.sum(st.NP) > 0]
+        self.tt = np.array(tt, np.int64)
+        self.tt_target = np.array([stages[k].target_ttft_us for k in tt])
+        on = np.isin(seg, self.tt)
+        rank = np.full(len(stages), -1)
+        rank[self.tt] = np.arange(len(tt))
+        NP = np.concatenate([np.asarray(st.NP, np.float64) if st.NP is not None else np.zeros(len(st.X))
+                             for st in stages]) if stages else np.zeros(0)
+        sumNP = np.bincount(seg[on], weights=NP[on], minlength=len(stages))
+        shape = (len(tt), self.n_st)
+        self.S_one = sparse.csr_matrix((np.ones(on.sum()), (rank[seg[on]], col[on])), shape=shape)
+        self.S_np = sparse.csr_matrix((NP[on] / sumNP[seg[on]], (rank[seg[on]], col[on])), shape=shape)
+        self.Ry = np.zeros(0)
+        if rows:
+            sel = [r.train & r.has_target for r in rows]
+            blocks += [r.X[m] for r, m in zip(rows, sel)]
+            self.Ry = np.concatenate([r.target_us[m] for r, m in zip(rows, sel)])
+        self.row_w = 1.0 / np.sqrt(max(1, len(self.Ry)))
+        self.base = np.ascontiguousarray(np.vstack(blocks)) if blocks else np.zeros((0, N_COMPONENTS))
+        self.cons = cons
+        self.n_cons = len(cons.X) if cons is not None else 0
+        if self.n_cons:
+            self.w_floor = FLOOR_WEIGHT / np.sqrt(self.n_cons)
+            self.w_mono = MONO_WEIGHT / np.sqrt(max(1, len(cons.lo)))
+            self.work = _ActiveSet(cons, predict_rows(predict, cons.X, np.ascontiguousarray(x0)))
+        self._stack()
+        self._cache: tuple | None = None
+
+    def _stack(self):
+        """The stacked matrix: states and step rows, then the working set's constraint rows."""
+        parts = [self.base]
+        if self.n_cons:
+            parts.append(self.cons.X[self.work.rows])
+        self.XA = np.ascontiguousarray(np.vstack(parts))
+        self._cache = None
+
+    def grow(self, x) -> bool:
+        """Add the constraint rows and pairs `x` leaves active outside the working set."""
+        if not self.n_cons:
+            return False
+        pred = predict_rows(self.predict, self.cons.X, np.ascontiguousarray(x))
+        if self.work.grow(pred):
+            self._stack()
+            return True
+        return False
+
+    def broken(self, x) -> bool:
+        below, fall = constraint_residuals(predict_rows(self.predict, self.cons.X, np.ascontiguousarray(x)), self.cons)
+        return bool(below.size and below.max() > 0) or bool(fall.size and fall.max() > REL_TOL)
+
+    def _pred(self, c) -> np.ndarray:
+        c = np.ascontiguousarray(c, dtype=np.float64)
+        if self._cache is not None and np.array_equal(self._cache[0], c):
+            return self._cache[1]
+        p = predict_rows(self.predict, self.XA, c)
+        self._cache = (c.copy(), p)
+        return p
+
+    def _parts(self, p, J=None):
+        """Residual blocks and (with J = d pred / d c) their Jacobian blocks."""
+        out, jac = [], []
+        n = self.x0.size
+        with np.errstate(all="ignore"):
+            if self.n_st:
+                ps = p[:self.n_st]
+                bad = ~np.isfinite(ps) | (ps < 1.0)
+                ps = np.where(bad, 1.0, ps)
+                out.append(INVALID_PENALTY * 10.0 * (self.S_mean @ bad.astype(np.float64)))
+                out.append(STAGE_WEIGHT * (self.S_itl @ ps - self.targets) / self.targets)
+                S1, S2 = self.S_one @ ps, self.S_one @ (ps * ps)
+                proxy = S2 / (2.0 * S1) + self.S_np @ ps
+                over = np.maximum(0.0, proxy - self.tt_target) / self.tt_target
+                out.append(TTFT_WEIGHT * over)
+                if J is not None:
+                    Js = np.where(bad[:, None], 0.0, J[:self.n_st])
+                    jac.append(np.zeros((len(self.targets), n)))
+                    jac.append(STAGE_WEIGHT * (self.S_itl @ Js) / self.targets[:, None])
+                    dproxy = ((self.S_one @ (ps[:, None] * Js)) / S1[:, None]
+                              - (S2 / (2.0 * S1 * S1))[:, None] * (self.S_one @ Js) + self.S_np @ Js)
+                    jac.append(TTFT_WEIGHT * np.where((over > 0)[:, None], dproxy / self.tt_target[:, None], 0.0))
+            nr = len(self.Ry)
+            if nr:
+                pr = p[self.n_st:self.n_st + nr]
+                bad = ~np.isfinite(pr) | (pr < 1.0)
+                r = (np.where(bad, 1.0, pr) - self.Ry) / self.Ry
+                out.append(self.row_w * np.where(bad, INVALID_PENALTY, r))
+                if J is not None:
+                    jac.append(np.where(bad[:, None], 0.0, self.row_w * J[self.n_st:self.n_st + nr] / self.Ry[:, None]))
+            if self.n_cons:
+                pc = p[self.n_st + nr:]
+                below, fall, d_below, d_lo, d_hi = self.work.penalties(pc)
+                out.append(self.heavier * self.w_floor * below)
+                out.append(self.heavier * self.w_mono * fall)
+                if J is not None:
+                    Jc = J[self.n_st + nr:]
+                    jac.append(self.heavier * self.w_floor * d_below[:, None] * Jc[self.work.floor_pos])
+                    jac.append(self.heavier * self.w_mono * (d_lo[:, None] * Jc[self.work.lo_pos]
+                                                             + d_hi[:, None] * Jc[self.work.hi_pos]))
+        return out, jac
+
+    def residuals(self, c) -> np.ndarray:
+        out, _ = self._parts(self._pred(c))
+        # a faint pull towards the declared values: it decides only the directions the data
+        # does not feel (OVERHEAD against EFFICIENCY * t_weights for a dense model), which
+        # otherwise drift to +-1e6 pairs that cancel (evaluator.identify reports them)
+        out.append(PRIOR_WEIGHT * (c - self.x0) / self.prior_scale)
+        r = np.concatenate(out)
+        return np.where(np.isfinite(r), r, INVALID_PENALTY)
+
+    def jacobian(self, c) -> np.ndarray:
+        """d residuals / d c: forward differences of the predictions only (one compiled call per
+        constant), then the chain rule through the residual blocks, all matrix products."""
+        c = np.asarray(c, np.float64)
+        p = self._pred(c)
+        n = c.size
+        h = DIFF_STEP * np.maximum(1.0, np.abs(c)) * np.where(c >= 0, 1.0, -1.0)
+        C = np.repeat(c[None, :], n, axis=0)
+        C[np.arange(n), np.arange(n)] += h
+        h = np.diag(C) - c  # the steps actually taken (rounding)
+        with np.errstate(all="ignore"):
+            J = (predict_rows_multi(self.predict, self.XA, C) - p[:, None]) / h
+            J[~np.isfinite(J)] = 0.0
+        out, jac = self._parts(p, J)
+        out.append(PRIOR_WEIGHT * (c - self.x0) / self.prior_scale)
+        jac.append(np.diag(PRIOR_WEIGHT / self.prior_scale))
+        r = np.concatenate(out)
+        Jr = np.vstack(jac)
+        Jr[~np.isfinite(r)] = 0.0
+        Jr[~np.isfinite(Jr)] = 0.0
+        return Jr
+
+
+class _ActiveSet:
+    """The constraint rows (floor) and grid pairs (monotonicity) a fit carries: an evenly spaced
+    start plus whatever is active at the starting constants, grown by `grow`."""
+
+    def __init__(self, cons: Constraints, pred0: np.ndarray):
+        self.cons = cons
+        below, fall = constraint_residuals(pred0, cons, FLOOR_MARGIN, MONO_MARGIN)
+        self.floor_idx = np.union1d(subsample(len(cons.X), WORKING_SET_START), np.flatnonzero(below > 0))
+        self.pair_idx = np.union1d(subsample(len(cons.lo), WORKING_SET_START), np.flatnonzero(fall > 0))
+        self._index()
+
+    def _index(self):
+        c = self.cons
+        self.rows = np.union1d(self.floor_idx, np.union1d(c.lo[self.pair_idx], c.hi[self.pair_idx])).astype(np.int64)
+        pos = lambda idx: np.searchsorted(self.rows, idx)  # noqa: E731
+        self.floor_pos, self.lo_pos, self.hi_pos = pos(self.floor_idx), pos(c.lo[self.pair_idx]), pos(c.hi[self.pair_idx])
+        self.floor = c.floor[self.floor_idx] * (1.0 + FLOOR_MARGIN)
+        self.allow = c.allow[self.pair_idx] if c.allow is not None else 0.0
+
+    def grow(self, pred_all: np.ndarray) -> bool:
+        below, fall = constraint_residuals(pred_all, self.cons, FLOOR_MARGIN, MONO_MARGIN)
+        new_f = np.setdiff1d(np.flatnonzero(below > 0), self.floor_idx)
+        new_p = np.setdiff1d(np.flatnonzero(fall > 0), self.pair_idx)
+        if not len(new_f) and not len(new_p):
+            return False
+        self.floor_idx = np.union1d(self.floor_idx, new_f)
+        self.pair_idx = np.union1d(self.pair_idx, new_p)
+        self._index()
+        return True
+
+    def penalties(self, pc: np.ndarray):
+        """(floor shortfalls, pair falls) as `constraint_residuals` with the fit's margins, and
+        their derivatives: d below / d pred per floor row, d fall / d pred(lo), d pred(hi) per pair."""
+        fl = self.floor
+        p = np.where(np.isfinite(pc), pc, -np.inf)
+        pf = p[self.floor_pos]
+        fin = np.isfinite(pf)
+        denom = np.maximum(fl, 1e-9)
+        below = np.where(fin, np.maximum(0.0, (fl - pf) / denom), 2.0)
+        d_below = np.where(fin & (below > 0), -1.0 / denom, 0.0)
+        a, b = p[self.lo_pos], p[self.hi_pos]
+        fin = np.isfinite(a) & np.isfinite(b)
+        a, b = np.where(fin, a, 0.0), np.where(fin, b, 0.0)
+        m = np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-9)
+        fall = np.maximum(0.0, (a - b) / m - self.allow + MONO_MARGIN)
+        on = fall > 0
+        a_big = np.abs(a) >= np.abs(b)
+        d_lo = np.where(a_big, (m - (a - b) * np.sign(a)) / (m * m), 1.0 / m)
+        d_hi = np.where(a_big, -1.0 / m, (-m - (a - b) * np.sign(b)) / (m * m))
+        return below, fall, d_below, np.where(on & fin, d_lo, 0.0), np.where(on & fin, d_hi, 0.0)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from evaluator.holdout import KINDS, holdout_scores
 from evolve.archive import Archive, ArchiveError
 from evolve.baselines_store import stored_baselines
 from evolve.config import RunConfig, config_from_args
+from evolve.ray_pool import RayExecutorError
 from evolve.search import Search
 from evolve.views import frontier_table, render_frontier, report_html, serve, show_program
 from evolve.views.format import BASELINE_PREFIX, clean_json
@@ -204,8 +205,12 @@ def cmd_run(args) -> int:
             sys.exit(f"error: no run {args.resume!r} in {args.archive}")
         stored = run["config"]
     cfg = config_from_args(args, stored)
+    if cfg.ray_address and cfg.executor != "ray":
+        sys.exit("error: --ray-address needs --executor ray")
     try:
         out = _run_one(cfg, archive, resume=args.resume)
+    except RayExecutorError as e:
+        sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         print("interrupted: the archive keeps every finished candidate; continue with --resume RUN")
         return 130
@@ -404,6 +409,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--generation-size", type=int, default=8, help="candidates proposed per generation")
         sp.add_argument("--timeout", type=float, default=60.0,
                         help="wall-clock limit per candidate (s); 4x for a full evaluation with held-out splits")
+        sp.add_argument("--executor", choices=("local", "ray"), default="local",
+                        help="where candidates are evaluated: local processes (default) or a Ray cluster "
+                             "(docs/distributed.md); the archive is the same for a seed either way")
+        sp.add_argument("--ray-address", metavar="ADDR",
+                        help="a running Ray cluster (host:port, as `ray start --head` prints); "
+                             "default: start a local one with --workers CPUs")
         sp.add_argument("--no-holdout", action="store_true",
                         help="rank on the in-sample (time split) errors only: no held-out splits, ~4x cheaper")
 

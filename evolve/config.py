@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from evaluator.objectives import Caps
 
-RESUMABLE = ("budget", "workers")  # what a --resume may change
+RESUMABLE = ("budget", "workers", "executor", "ray_address")  # what a --resume may change
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class RunConfig:
     replay: str | None = None  # run id whose cached LLM replies are replayed
     cascade: bool = True
     holdout: bool = True  # score full evaluations under the held-out splits and rank on them
+    executor: str = "local"  # "local" processes or "ray" (evolve.ray_pool); results do not depend on it
+    ray_address: str | None = None  # a running Ray cluster; None starts a local one
 
     def to_json(self) -> dict:
         """What the archive stores in runs.config (caps as {ops, conditionals, constants})."""
@@ -64,6 +66,7 @@ def config_from_args(args, stored: Mapping | None = None, seed: int | None = Non
         "train_fraction": args.train_fraction, "replay": getattr(args, "replay", None),
         "caps": Caps(args.max_ops, args.max_cond, args.max_consts),
         "holdout": not getattr(args, "no_holdout", False),
+        "executor": getattr(args, "executor", "local"), "ray_address": getattr(args, "ray_address", None),
     }
     if stored is None:
         return RunConfig(**from_flags)

@@ -33,7 +33,8 @@ from evolve.llm import LLMMutator, ParentInfo, ProposalRequest
 from evolve.mutate import OPERATOR_WEIGHTS, OfflineMutator
 from evolve.views.holdout_table import split_errors
 from evolve.pareto import cell_key, hypervolume, pareto_front, select_nsga2
-from evolve.workers import Job, WorkerPool
+from evolve.ray_pool import RayPool
+from evolve.workers import Executor, Job, WorkerPool
 from seeds import seed_sources
 
 __all__ = ["Candidate", "Member", "RunConfig", "Search", "SearchState"]
@@ -172,10 +173,14 @@ class Search:
         self.archive.set_run_status(run_id, "running")
         return run_id
 
-    def _pool(self) -> WorkerPool:
+    def _pool(self) -> Executor:
+        """The executor of this run's evaluations (`RunConfig.executor`), started once."""
         if getattr(self, "pool", None) is None:
-            self.pool = WorkerPool(self.cfg.data, self.cfg.train_fraction, self.cfg.workers, self.cfg.timeout_s,
-                                   heldout=self.cfg.holdout)
+            args = (self.cfg.data, self.cfg.train_fraction, self.cfg.workers, self.cfg.timeout_s)
+            if self.cfg.executor == "ray":
+                self.pool = RayPool(*args, heldout=self.cfg.holdout, address=self.cfg.ray_address)
+            else:
+                self.pool = WorkerPool(*args, heldout=self.cfg.holdout)
         return self.pool
 
     def close(self) -> None:

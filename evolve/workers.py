@@ -39,6 +39,28 @@ class Job:
         return pool_heldout and self.kind == "full"
 
 
+def time_limit(job: Job, timeout_s: float, pool_heldout: bool) -> float:
+    """Wall-clock seconds `job` may take before its worker is killed."""
+    return timeout_s * (HELDOUT_TIMEOUT_FACTOR if job.heldout(pool_heldout) else 1)
+
+
+def job_message(job: Job, pool_heldout: bool) -> tuple:
+    """What a worker needs to run `job`, whatever the executor: (source, refine, start, heldout)."""
+    return job.source, job.refine, job.start, job.heldout(pool_heldout)
+
+
+def run_job(ev: Evaluator, message: tuple) -> dict:
+    """Evaluate one job message on a worker's Evaluator; the Evaluation as JSON, never raising."""
+    source, refine, start, heldout = message
+    try:
+        res = ev.evaluate(parse_program(source), refine=refine, start=start, heldout=heldout)
+    except ProgramError as e:
+        res = Evaluation(valid=False, error=f"invalid program: {e}")
+    except Exception as e:  # a candidate must never take the run down
+        res = Evaluation(valid=False, error=f"evaluation crashed: {type(e).__name__}: {e}")
+    return res.to_json()
+
+
 def _worker_main(conn, data_dir, train_fraction):
     ev = Evaluator(load(data_dir), train_fraction=train_fraction)
     ev.reference_states()
@@ -47,14 +69,7 @@ def _worker_main(conn, data_dir, train_fraction):
         msg = conn.recv()
         if msg is None:
             return
-        source, refine, start, heldout = msg
-        try:
-            res = ev.evaluate(parse_program(source), refine=refine, start=start, heldout=heldout)
-        except ProgramError as e:
-            res = Evaluation(valid=False, error=f"invalid program: {e}")
-        except Exception as e:  # a candidate must never take the run down
-            res = Evaluation(valid=False, error=f"evaluation crashed: {type(e).__name__}: {e}")
-        conn.send(("ok", res.to_json()))
+        conn.send(("ok", run_job(ev, msg)))
 
 
 class _Worker:
@@ -73,28 +88,62 @@ class _Worker:
         self.proc.join(5)
 
 
-class WorkerPool:
-    """Evaluate jobs on K processes; each result comes back paired with its Job, whatever the order."""
+class Executor:
+    """What the search needs of an executor: `submit` jobs, `poll` for finished ones (never
+    blocking; each result paired with its Job, whatever the order), `busy`, `close`, and the
+    count of candidates `killed` over the time limit. Subclasses: `WorkerPool` (local
+    processes, the default) and `evolve.ray_pool.RayPool` (a Ray cluster)."""
 
-    def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=300, heldout=False):
-        self.ctx = mp.get_context("spawn")
-        self.args = (data_dir, train_fraction)
+    def __init__(self, timeout_s: float, heldout: bool):
         self.timeout_s = timeout_s
         self.heldout = heldout
-        self.recycle = recycle
-        self.workers = [_Worker(self.ctx, *self.args) for _ in range(max(1, workers))]
         self.killed = 0
         self.pending: list[Job] = []
-
-    def _replace(self, i):
-        self.workers[i].kill()
-        self.workers[i] = _Worker(self.ctx, *self.args)
 
     def submit(self, job: Job, first: bool = False) -> None:
         if first:
             self.pending.insert(0, job)
         else:
             self.pending.append(job)
+
+    @property
+    def busy(self) -> bool:
+        raise NotImplementedError
+
+    def poll(self) -> list[tuple[Job, Evaluation]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _limit(self, job: Job) -> float:
+        return time_limit(job, self.timeout_s, self.heldout)
+
+    def run(self, jobs: list[Job]) -> list[Evaluation]:
+        """Evaluate a batch and wait for all of it; results in job order."""
+        for j in jobs:
+            self.submit(j)
+        done: dict[int, Evaluation] = {}
+        while self.busy:
+            for job, res in self.poll():
+                done[id(job)] = res
+            time.sleep(0.002)
+        return [done[id(j)] for j in jobs]
+
+
+class WorkerPool(Executor):
+    """Evaluate jobs on K local processes."""
+
+    def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=300, heldout=False):
+        super().__init__(timeout_s, heldout)
+        self.ctx = mp.get_context("spawn")
+        self.args = (data_dir, train_fraction)
+        self.recycle = recycle
+        self.workers = [_Worker(self.ctx, *self.args) for _ in range(max(1, workers))]
+
+    def _replace(self, i):
+        self.workers[i].kill()
+        self.workers[i] = _Worker(self.ctx, *self.args)
 
     @property
     def busy(self) -> bool:
@@ -117,7 +166,7 @@ class WorkerPool:
             if w.job is None and self.pending:
                 w.job = self.pending.pop(0)
                 w.started = time.monotonic()
-                w.conn.send((w.job.source, w.job.refine, w.job.start, w.job.heldout(self.heldout)))
+                w.conn.send(job_message(w.job, self.heldout))
             elif w.job is not None:
                 if w.conn.poll(0):
                     try:
@@ -138,20 +187,6 @@ class WorkerPool:
                     self.killed += 1
                     self._replace(i)
         return results
-
-    def _limit(self, job: Job) -> float:
-        return self.timeout_s * (HELDOUT_TIMEOUT_FACTOR if job.heldout(self.heldout) else 1)
-
-    def run(self, jobs: list[Job]) -> list[Evaluation]:
-        """Evaluate a batch and wait for all of it; results in job order."""
-        for j in jobs:
-            self.submit(j)
-        done: dict[int, Evaluation] = {}
-        while self.busy:
-            for job, res in self.poll():
-                done[id(job)] = res
-            time.sleep(0.002)
-        return [done[id(j)] for j in jobs]
 
     def close(self):
         for w in self.workers:

@@ -9,12 +9,16 @@ from evolve.workers import Job, WorkerPool
 from seeds import seed_sources
 
 
-def _run(tmp_path, name, workers, budget=9, seed=3, holdout=False):
+def _run(tmp_path, name, workers, budget=9, seed=3, holdout=False, executor="local"):
     """A short offline run; in-sample ranking unless `holdout` (the held-out splits cost ~4x)."""
     arch = Archive(tmp_path / name)
-    s = Search(RunConfig(budget=budget, seed=seed, workers=workers, generation_size=4, holdout=holdout), arch)
-    s.start()
-    out = s.loop()
+    s = Search(RunConfig(budget=budget, seed=seed, workers=workers, generation_size=4, holdout=holdout,
+                         executor=executor), arch)
+    try:
+        s.start()
+        out = s.loop()
+    finally:
+        s.close()
     return arch, out
 
 
@@ -26,11 +30,12 @@ def _content(db):
     return rows
 
 
-def test_same_seed_same_archive_whatever_the_workers(tmp_path):
+def test_same_seed_same_archive_whatever_the_workers_and_executor(tmp_path):
     a1, o1 = _run(tmp_path, "a.db", workers=1)
     a2, o2 = _run(tmp_path, "b.db", workers=2)
-    c1, c2 = _content(tmp_path / "a.db"), _content(tmp_path / "b.db")
-    assert c1 == c2
+    _, o3 = _run(tmp_path, "c.db", workers=2, executor="ray")  # a local Ray instance, two actors
+    c1, c2, c3 = (_content(tmp_path / f"{x}.db") for x in "abc")
+    assert c1 == c2 == c3
     assert len(c1) >= 9  # seeds + proposals (+ rejected duplicates)
     assert a1.get_run(o1["run_id"])["n_evaluated"] == 9  # the budget counts the seeds too
     assert a1.get_run(o1["run_id"])["status"] == "finished"

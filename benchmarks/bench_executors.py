@@ -1,0 +1,90 @@
+"""Evaluations per second with the local pool and with Ray (1 and 2 workers), in one run, and the
+bytes that cross the wire per candidate and once per run (issue 12's third figure).
+
+Run: .venv/bin/python benchmarks/bench_executors.py [--data DIR] [--jobs N] [--heldout]
+Each executor first gets one warm-up job per worker (start-up, reference states and numba
+compilation are excluded), then the same N candidates: the seeds and offline mutations of them
+with a fixed random seed, as screens (or full jobs with --heldout). Ratios are against the local
+pool with 2 workers. Ray runs on a local instance started here (`ray.init`). Asserts nothing.
+
+Recorded: see the end of this docstring once measured.
+"""
+from __future__ import annotations
+
+import argparse
+import pickle
+import random
+import time
+
+
+def _candidates(n: int) -> list[str]:
+    from evolve.mutate import OfflineMutator
+    from evaluator.program import parse_program
+    from seeds import seed_sources
+    seeds = [parse_program(s) for _, s in sorted(seed_sources().items())]
+    mut = OfflineMutator(rng=random.Random(7))
+    out = [p.source for p in seeds]
+    for k in range(50 * n):
+        if len(out) >= n:
+            break
+        try:
+            child, _ = mut.propose_program([seeds[k % len(seeds)]])
+        except Exception:  # an operator that found nothing to change
+            continue
+        if child.source not in out:
+            out.append(child.source)
+    return out[:n]
+
+
+def _rate(pool, sources: list[str], kind: str, workers: int) -> float:
+    from evolve.workers import Job
+    pool.run([Job(-1 - i, sources[i % len(sources)], kind) for i in range(workers)])  # warm-up
+    t0 = time.perf_counter()
+    res = pool.run([Job(i, s, kind) for i, s in enumerate(sources)])
+    dt = time.perf_counter() - t0
+    print(f"  {sum(r.valid for r in res)}/{len(res)} valid in {dt:.1f} s")
+    return len(sources) / dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default="../shared/data")
+    ap.add_argument("--jobs", type=int, default=24)
+    ap.add_argument("--heldout", action="store_true", help="full jobs with the held-out splits")
+    a = ap.parse_args()
+    import ray
+    from evaluator.data import load
+    from evaluator.evaluate import Evaluator
+    from evolve.ray_pool import RayPool
+    from evolve.workers import WorkerPool
+    kind = "full" if a.heldout else "screen"
+    sources = _candidates(a.jobs)
+    rates = {}
+    pool = WorkerPool(a.data, workers=2, timeout_s=600.0, heldout=a.heldout)
+    try:
+        print("local pool, 2 workers")
+        rates["local, 2 workers"] = _rate(pool, sources, kind, 2)
+    finally:
+        pool.close()
+    for w in (1, 2):
+        pool = RayPool(a.data, workers=w, timeout_s=600.0, heldout=a.heldout)
+        try:
+            print(f"Ray, {w} worker(s)")
+            rates[f"Ray, {w} worker(s)"] = _rate(pool, sources, kind, w)
+            per = pool.jobs_done
+            sent, recv = pool.bytes_sent / per, pool.bytes_received / per
+        finally:
+            pool.close()
+    base = rates["local, 2 workers"]
+    for k, r in rates.items():
+        print(f"{k:20s} {r:6.3f} evaluations/s  ({r / base:.2f}x the local pool)")
+    gt = load(a.data)
+    shared = Evaluator(gt).shared_states(a.heldout)
+    print(f"per candidate: {sent:.0f} B out (job message), {recv:.0f} B back (Evaluation JSON)")
+    print(f"once per run: ground truth {len(pickle.dumps(gt, protocol=5)) / 1e6:.1f} MB, shared states "
+          f"{len(pickle.dumps(shared, protocol=5)) / 1e6:.1f} MB (object store; once per node)")
+    assert not ray.is_initialized()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Seconds for one full evaluation with every held-out objective (issue 12's first figure).
+
+Run: .venv/bin/python benchmarks/bench_full_eval.py [--data DIR] [--programs a,b,...]
+Times `Evaluator.evaluate(program, heldout=True)` (the surrogate fit, refinement on the
+candidate's own simulation, then leave-one-workload-out, leave-one-model-out and
+leave-high-load-out, each fitted and simulated) for two seeds and an evolved-shaped program with
+10 constants, after one warm-up call (numba compilation). Prints wall and CPU seconds, and how
+the CPU time splits between fitting and simulating. Asserts nothing.
+
+Recorded: see the end of this docstring once measured.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+# An evolved-shaped program: the linear physics terms under a saturation max, 10 constants.
+TEN_CONSTANTS = '''
+C0 = 12000.0
+C_PF = 1.0
+C_ATT = 1.0
+C_DEC = 1.0
+C_KV = 1.0
+C_W = 1.0
+C_AR = 1.0
+C_B = 10.0
+C_SAT = 0.5
+C_EXP = 1.0
+
+
+def predict_step_time(t_prefill_gemm, t_prefill_attn, t_decode_gemm, t_decode_kv, t_weights, t_allreduce, B):
+    return max(C0 + C_PF * t_prefill_gemm + C_ATT * t_prefill_attn + C_DEC * t_decode_gemm
+               + C_KV * t_decode_kv + C_W * t_weights + C_AR * t_allreduce + C_B * B,
+               C_SAT * (t_weights + t_decode_kv) * C_EXP)
+'''
+
+
+def _share(stats: pstats.Stats, needle: str) -> float:
+    """Cumulative seconds of the profiled functions whose name contains `needle`."""
+    return max((v[3] for k, v in stats.stats.items() if needle in f"{k[0]}:{k[2]}"), default=0.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default="../shared/data")
+    ap.add_argument("--programs", default="measured_per_layer,linear_physics,ten_constants")
+    a = ap.parse_args()
+    from evaluator.data import load
+    from evaluator.evaluate import Evaluator
+    from evaluator.program import parse_program
+    from seeds import seed_sources
+    sources = {**seed_sources(), "ten_constants": TEN_CONSTANTS}
+    ev = Evaluator(load(a.data))
+    t0 = time.perf_counter()
+    ev.reference_states()
+    print(f"reference states {time.perf_counter() - t0:.1f} s (once per worker)")
+    for name in a.programs.split(","):
+        p = parse_program(sources[name])
+        ev.evaluate(p, heldout=True)  # warm-up: compilation, split reference states
+        w0, c0 = time.perf_counter(), time.process_time()
+        r = ev.evaluate(p, heldout=True)
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        prof = cProfile.Profile()
+        prof.enable()
+        ev.evaluate(p, heldout=True)
+        prof.disable()
+        st = pstats.Stats(prof)
+        fit, sim = _share(st, "fit_constants"), _share(st, "simulator.py:simulate")
+        o = r.objectives
+        print(f"{name:20s} {len(p.constants):2d} constants: wall {wall:6.2f} s, CPU {cpu:6.2f} s "
+              f"(profiled: fit {fit:.1f} s, simulate {sim:.1f} s); E2E in-sample "
+              f"{100 * o['e2e_mean']:.1f}%, LOWO {100 * o['lowo_e2e']:.1f}%, LOMO {100 * o['lomo_e2e']:.1f}%, "
+              f"load {100 * o['load_e2e']:.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""Ray as the evaluation engine: the local pool's interface over actors on a Ray cluster.
+
+`evolve run --executor ray [--ray-address ADDR]` sends every candidate to one of `workers`
+actors (one CPU each). What goes where (docs/distributed.md):
+
+  once per run   the ground truth, put in the object store by the driver, and the states
+                 every worker would otherwise recompute (the calibrated reference simulation
+                 and, with held-out objectives, the splits' own ones), made once by a Ray task
+                 and put in the object store; each actor reads both (zero-copy on its node);
+  per candidate  the job message (program source, kind, screen constants) out, the
+                 Evaluation as JSON back, a few kB each way (`bytes_sent`, `bytes_received`).
+
+A candidate over its time limit has its actor killed (`ray.kill`: the process dies, as a
+compiled numba loop cannot be interrupted) and a fresh actor takes its place. Actors belong to
+the driver: when the driver dies, Ray ends them too. Results come back paired with their Job,
+and the search integrates them in proposal order, so a seed gives the same archive whatever
+the executor and the number of workers.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import socket
+import time
+from dataclasses import dataclass
+
+from evaluator.data import load
+from evaluator.evaluate import Evaluator
+from evaluator.records import Evaluation
+from evolve.workers import Executor, Job, job_message, run_job
+
+
+class RayExecutorError(RuntimeError):
+    """Ray cannot be started or reached; the message is one line for the user."""
+
+
+class _RayWorker:
+    """One evaluation process on the cluster, holding its own Evaluator."""
+
+    def __init__(self, gt, shared: dict, train_fraction: float):
+        self.ev = Evaluator(gt, train_fraction=train_fraction)
+        self.ev.adopt_states(shared)
+
+    def ready(self) -> tuple[int, str]:
+        """(process id, node id): answered once the Evaluator exists."""
+        import ray
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
+    def evaluate(self, message: tuple) -> dict:
+        return run_job(self.ev, message)
+
+
+def _shared_states(gt, train_fraction: float, heldout: bool) -> dict:
+    """The states every worker needs, computed once per run (`Evaluator.shared_states`)."""
+    return Evaluator(gt, train_fraction=train_fraction).shared_states(heldout)
+
+
+@dataclass
+class _Slot:
+    actor: object
+    ready_ref: object
+    ready: bool = False
+    job: Job | None = None
+    ref: object = None
+    started: float = 0.0
+    done: int = 0
+    pid: int | None = None
+    node: str | None = None
+
+
+class RayPool(Executor):
+    """Evaluate jobs on `workers` Ray actors, on a cluster at `address` or a local one."""
+
+    def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=300, heldout=False,
+                 address: str | None = None):
+        super().__init__(timeout_s, heldout)
+        if address:
+            _token_auth_if_available()
+        try:
+            import ray
+        except ImportError as e:  # pragma: no cover - ray is a pinned dependency
+            raise RayExecutorError(f"the Ray executor needs the ray package ({e})") from None
+        self.ray = ray
+        self.recycle = recycle
+        self.owns = False
+        if not ray.is_initialized():
+            if address:
+                _check_reachable(address)
+            try:
+                if address:
+                    ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+                else:
+                    # "local": a private instance, even where another Ray cluster runs on this machine
+                    ray.init(address="local", num_cpus=max(1, workers), include_dashboard=False,
+                             log_to_driver=False, logging_level=logging.ERROR)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise RayExecutorError(f"cannot reach the Ray cluster at {address or 'a new local instance'}: "
+                                       f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            self.owns = True
+        gt = load(data_dir)
+        self.gt_ref = ray.put(gt)
+        self.shared_ref = ray.remote(num_cpus=1)(_shared_states).remote(self.gt_ref, train_fraction, heldout)
+        self.actor_cls = ray.remote(num_cpus=1)(_RayWorker)
+        self.train_fraction = train_fraction
+        self.slots = [self._new_slot() for _ in range(max(1, workers))]
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.jobs_done = 0
+
+    def _new_slot(self) -> _Slot:
+        actor = self.actor_cls.remote(self.gt_ref, self.shared_ref, self.train_fraction)
+        return _Slot(actor, actor.ready.remote())
+
+    def _replace(self, i: int) -> None:
+        try:
+            self.ray.kill(self.slots[i].actor, no_restart=True)
+        except Exception:  # already dead
+            pass
+        self.slots[i] = self._new_slot()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.pending) or any(s.job is not None for s in self.slots)
+
+    @property
+    def nodes(self) -> set[str]:
+        """Nodes the ready actors run on (for tests and the run summary)."""
+        return {s.node for s in self.slots if s.node}
+
+    def poll(self) -> list[tuple[Job, Evaluation]]:
+        """Hand out pending jobs, collect finished ones, kill overdue ones; never blocks."""
+        ray = self.ray
+        results: list[tuple[Job, Evaluation]] = []
+        waiting = [s.ready_ref for s in self.slots if not s.ready] + [s.ref for s in self.slots if s.job is not None]
+        finished = set(ray.wait(waiting, num_returns=len(waiting), timeout=0)[0]) if waiting else set()
+        for i, s in enumerate(self.slots):
+            if not s.ready:
+                if s.ready_ref in finished:
+                    try:
+                        s.pid, s.node = ray.get(s.ready_ref)
+                        s.ready = True
+                    except ray.exceptions.RayError as e:
+                        if isinstance(e, ray.exceptions.RayTaskError):
+                            raise RayExecutorError(f"a Ray worker could not start: {_first_line(e)}") from None
+                        self._replace(i)
+                continue
+            if s.job is None and self.pending:
+                s.job = self.pending.pop(0)
+                msg = job_message(s.job, self.heldout)
+                self.bytes_sent += len(pickle.dumps(msg))
+                s.ref = s.actor.evaluate.remote(msg)
+                s.started = time.monotonic()
+            elif s.job is not None:
+                if s.ref in finished:
+                    try:
+                        res = ray.get(s.ref)
+                        self.bytes_received += len(pickle.dumps(res))
+                        results.append((s.job, Evaluation.from_json(res)))
+                    except ray.exceptions.RayError as e:
+                        results.append((s.job, Evaluation(valid=False, error=f"worker died ({_first_line(e)})")))
+                        self._replace(i)
+                        continue
+                    s.job, s.ref = None, None
+                    s.done += 1
+                    self.jobs_done += 1
+                    if s.done >= self.recycle:  # compiled candidates accumulate in a process
+                        self._replace(i)
+                elif time.monotonic() - s.started > self._limit(s.job):
+                    results.append((s.job, Evaluation(valid=False, error=f"killed: over the wall-clock limit "
+                                                                         f"({self._limit(s.job):.0f} s)")))
+                    self.killed += 1
+                    self._replace(i)
+        return results
+
+    def close(self) -> None:
+        for s in self.slots:
+            try:
+                self.ray.kill(s.actor, no_restart=True)
+            except Exception:
+                pass
+        self.slots = []
+        if self.owns and self.ray.is_initialized():
+            self.ray.shutdown()
+
+
+def _token_auth_if_available() -> None:
+    """Send the cluster token when there is one: `ray start --head` (Ray 2.60) turns token
+    authentication on, and a client without it waits forever instead of failing. A cluster
+    without authentication accepts a client that sends a token. Must run before `import ray`
+    reads the mode; an explicit RAY_AUTH_MODE is left alone."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or \
+            os.path.exists(os.path.expanduser("~/.ray/auth_token")):
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Fail in seconds, with one line, where `ray.init` would wait for minutes: nothing answers
+    at host:port (Ray's `auto` and `ray://` addresses are left to Ray)."""
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise RayExecutorError(f"--ray-address must be host:port (as `ray start --head` prints), not {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise RayExecutorError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[-1] if text else type(e).__name__
