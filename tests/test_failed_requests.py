@@ -179,3 +179,34 @@ def test_judge_failure_error_in_points_and_mostly_failed_stage(overloaded_gt):
 def test_data_without_failures_has_no_failure_objective(evaluator):
     assert not evaluator.has_failures
     assert all(not w.measured_failed.any() for w in evaluator.wl.values())
+
+
+def test_ingest_keeps_failed_requests_in_the_readers_form(tmp_path):
+    """inference-perf lifecycle records of the overloaded run (failures: error set, no info)
+    go through `ingest_request_lifecycle` and load as the same 60 requests, 27 failed."""
+    import json
+
+    from evaluator.ingest import ingest_request_lifecycle
+    recs = []
+    for r in overloaded_requests().itertuples():
+        start = 1000.0 + r.arrival_time_us / 1e6
+        if r.has_error:
+            recs.append({"start_time": start, "end_time": start + r.e2e_s, "error": {"error_type": "TimeoutError"},
+                         "info": None})
+        else:
+            first = start + r.ttft_s
+            times = list(np.linspace(first, start + r.e2e_s, r.output_tokens))
+            recs.append({"start_time": start, "end_time": start + r.e2e_s, "error": None,
+                         "info": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                                  "output_token_times": times}})
+    recs.append({"start_time": 1059.5, "end_time": 1359.5, "error": "timeout",
+                 "info": {"input_tokens": 0, "output_tokens": 7}})  # counted tokens, but no prompt count
+    p = tmp_path / "per_request_lifecycle_metrics.json"
+    p.write_text(json.dumps(recs))
+    df = ingest_request_lifecycle(p, EXP)
+    assert df.attrs["ingest_stats"]["failed"] == N_REQ - N_OK + 1
+    gt = load_ground_truth(write_overloaded(tmp_path / "gt", df))
+    wl = trace_workload(gt.experiment(EXP), gt)
+    assert len(wl.arrival_us) == N_REQ + 1 and wl.measured_failed.sum() == N_REQ - N_OK + 1
+    assert list(wl.prompt_len[:N_REQ]) == [prompt_of(j) for j in range(N_REQ)]
+    assert wl.prompt_len[N_REQ] == prompt_of(N_REQ)  # request 60: slot 0
