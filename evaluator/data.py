@@ -339,9 +339,9 @@ def _check_request_rows(df: pd.DataFrame, path: Path) -> None:
     _first_bad(df, ~(arr >= 0), path, "arrival_time_us", "must be >= 0")
     _first_bad(df, ~(inp >= 1) & ~failed, path, "input_tokens", f"must be >= 1 ({FAILED_FORM})")
     _first_bad(df, ~(out >= 0), path, "output_tokens", "must be >= 0")
-    _first_bad(df, ~err & ~(e2e >= 0), path, "e2e_s", "must be >= 0 for a successful request")
     _first_bad(df, ~err & (ttft < 0), path, "ttft_s", "must be >= 0")
     _first_bad(df, ~err & (e2e < ttft), path, "e2e_s", "must be >= ttft_s (e2e < ttft)")
+    _first_bad(df, ~err & ~(e2e >= 0), path, "e2e_s", "must be >= 0 for a successful request")
     _first_bad(df, err & (e2e < 0), path, "e2e_s", "must be >= 0 or missing for a failed request")
 
 
