@@ -154,6 +154,8 @@ def test_judge_scores_failure_fraction_and_successes(overloaded_gt):
     assert row["fail_err_pts"] == pytest.approx(0.0, abs=1e-9)
     assert row["e2e_err"] < 1e-9 and row["ttft_err"] < 1e-9
     assert res.objectives["fail_mean"] == pytest.approx(0.0, abs=1e-9)
+    from evaluator.objectives import IN_SAMPLE_ORDER, objective_vector
+    assert len(objective_vector(res.objectives)) == len(IN_SAMPLE_ORDER) + 1  # ranked: the data has failures
 
 
 def test_judge_failure_error_in_points_and_mostly_failed_stage(overloaded_gt):
@@ -176,9 +178,15 @@ def test_judge_failure_error_in_points_and_mostly_failed_stage(overloaded_gt):
     assert row["meas_fail"] == 1.0 and row["e2e_err"] is None and row["fail_err_pts"] == pytest.approx(0.0)
 
 
-def test_data_without_failures_has_no_failure_objective(evaluator):
-    assert not evaluator.has_failures
-    assert all(not w.measured_failed.any() for w in evaluator.wl.values())
+def test_shared_data_has_no_failures_and_keeps_its_fingerprint_fields(gt):
+    """The 12 real experiments have no failed row: no failure objective there, and the new
+    fields stay out of the fingerprint at their defaults."""
+    from evaluator.data import _plain
+    assert not gt.requests["has_error"].any()
+    assert all(s.n_failed == 0 for e in gt.experiments for s in e.stages)
+    assert all(e.request_timeout_s == 300.0 for e in gt.experiments)
+    d = _plain(gt.experiments[0])
+    assert "request_timeout_s" not in d and all("n_failed" not in s for s in d["stages"])
 
 
 def test_ingest_keeps_failed_requests_in_the_readers_form(tmp_path):
@@ -210,3 +218,19 @@ def test_ingest_keeps_failed_requests_in_the_readers_form(tmp_path):
     assert len(wl.arrival_us) == N_REQ + 1 and wl.measured_failed.sum() == N_REQ - N_OK + 1
     assert list(wl.prompt_len[:N_REQ]) == [prompt_of(j) for j in range(N_REQ)]
     assert wl.prompt_len[N_REQ] == prompt_of(N_REQ)  # request 60: slot 0
+
+
+def test_no_failure_objective_without_measured_failures(tmp_path):
+    """The same run cut to its 33 successes: failure columns are reported (0 measured), but
+    `fail_mean` is no objective, so the objective vector keeps its length."""
+    from evaluator.objectives import IN_SAMPLE_ORDER, objective_vector
+    req = overloaded_requests().iloc[:N_OK]
+    gt = load_ground_truth(write_overloaded(tmp_path, req))
+    ev = Evaluator(gt, train_fraction=0.0)
+    assert not ev.has_failures
+    res = ev.evaluate(parse_program(CONST_PROGRAM), constants={"llama-2-7b": [STEP_US]},
+                      overheads=_zero_overheads(), fit=False)
+    (row,) = res.rows
+    assert row["meas_fail"] == 0.0 and row["pred_fail"] == 0.0 and row["timed_out"] == 0
+    assert "fail_mean" not in res.objectives
+    assert len(objective_vector(res.objectives)) == len(IN_SAMPLE_ORDER)
