@@ -234,3 +234,22 @@ def test_no_failure_objective_without_measured_failures(tmp_path):
     assert row["meas_fail"] == 0.0 and row["pred_fail"] == 0.0 and row["timed_out"] == 0
     assert "fail_mean" not in res.objectives
     assert len(objective_vector(res.objectives)) == len(IN_SAMPLE_ORDER)
+
+
+def test_cli_baselines_json_is_strict_and_bad_rows_are_one_line(tmp_path, capsys):
+    import json
+
+    from evolve.cli import main
+    root = write_overloaded(tmp_path / "ok")
+    assert main(["baselines", "--data", str(root), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+    got = {(r["baseline"], r["metric"]): r["value"] for r in out["records"] if r["stage"] == 0}
+    assert got[("roofline", "meas_fail")] == 1.0  # the reported part (arrivals after 42 s) all failed
+    assert got[("roofline", "e2e_err")] is None and got[("roofline", "fail_err_pts")] is not None
+    req = overloaded_requests()
+    req.loc[4, "input_tokens"] = 0
+    bad = write_overloaded(tmp_path / "bad", req)
+    with pytest.raises(SystemExit) as e:
+        main(["baselines", "--data", str(bad)])
+    msg = str(e.value.code)
+    assert msg.startswith("error: ") and "row 4 " in msg and "'input_tokens'" in msg and "\n" not in msg
