@@ -43,9 +43,9 @@ def baseline_records(results: dict[str, Evaluation]) -> list[dict]:
     out = []
     for name, ev in results.items():
         for r in ev.rows:
-            for metric in ("e2e_err", "ttft_err", "itl_err"):
+            for metric in ("e2e_err", "ttft_err", "itl_err", "meas_fail", "pred_fail", "fail_err_pts"):
                 out.append({"experiment": r["experiment"], "stage": r["stage"], "baseline": name,
-                            "metric": metric, "value": r[metric]})
+                            "metric": metric, "value": r.get(metric)})
         for exp, s in ev.steps.items():
             out.append({"experiment": exp, "stage": "all", "baseline": name, "metric": "step_mape",
                         "value": s["step_mape"]})

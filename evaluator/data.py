@@ -21,6 +21,7 @@ import yaml
 from evaluator import kernels as kt
 from evaluator.components import model_vector
 from evaluator.errors import DataError
+from evaluator.failed_requests import DEFAULT_TIMEOUT_S, FAILED_FORM, error_mask, failed_form, recovered_prompts
 
 DEFAULT_TABLE = "default_workloads.json"
 
@@ -47,6 +48,13 @@ class Stage:
     itl_s: float = math.nan  # true per-output-token time (ratio of sums), see docs/architecture.md, fact 3
     reported_itl_s: float = math.nan  # inference-perf's inter_token_latency mean
     itl_source: str = "requests"
+    n_failed: int = 0  # measured failed requests (has_error rows, or the stage file's failures.count)
+
+    @property
+    def failed_fraction(self) -> float | None:
+        """Measured share of the stage's requests that failed (None without any request)."""
+        total = self.n_requests + self.n_failed
+        return self.n_failed / total if total else None
 
 
 @dataclass
@@ -73,6 +81,8 @@ class Experiment:
     kernels: np.ndarray | None = field(default=None, repr=False, compare=False)
     kernel_notes: list[str] = field(default_factory=list, compare=False)
     kernel_missing: str = field(default="", compare=False)
+    # the client's total timeout: inference-perf's load.request_timeout, else aiohttp's default
+    request_timeout_s: float = DEFAULT_TIMEOUT_S
 
     @property
     def generated_len(self) -> int:
@@ -129,10 +139,17 @@ _KERNEL_FIELDS = ("kernels", "kernel_notes", "kernel_missing")
 
 
 def _plain(e: Experiment) -> dict:
-    """asdict without the kernel tables (stored and hashed on their own)."""
+    """asdict without the kernel tables (stored and hashed on their own); the failure fields
+    only where they differ from their defaults, so data without failures keeps the
+    fingerprint (and embedded table) it had before they existed."""
     d = asdict(e)
     for k in _KERNEL_FIELDS:
         d.pop(k)
+    if d["request_timeout_s"] == DEFAULT_TIMEOUT_S:
+        d.pop("request_timeout_s")
+    for s in d["stages"]:
+        if not s["n_failed"]:
+            s.pop("n_failed")
     return d
 
 
@@ -276,6 +293,7 @@ def load_ground_truth(data_dir: str | Path) -> GroundTruth:
         if unknown:
             raise DataError(f"{root / 'requests/requests.parquet'}: experiment_id {sorted(unknown)[0]!r} "
                             "has no experiments/ directory")
+        requests = _recover_failed(requests, experiments)
     if steps is not None:
         steps = steps[steps["experiment_id"].isin(ids)].reset_index(drop=True)
         model_of = {e.id: e.model for e in experiments}
@@ -295,16 +313,60 @@ def _read_requests(path: Path) -> pd.DataFrame | None:
             raise DataError(f"{path}: missing column '{c}'")
     if "has_error" not in df.columns:
         df["has_error"] = False
-    bad = df[(df["input_tokens"] <= 0) | (df["output_tokens"] < 0) | (df["arrival_time_us"] < 0)]
-    if len(bad):
-        r = bad.iloc[0]
-        raise DataError(f"{path}: row {bad.index[0]} (experiment {r.experiment_id}): input_tokens must be >= 1, "
-                        "output_tokens and arrival_time_us >= 0")
-    ok = ~df["has_error"]
-    badt = df[ok & ((df["e2e_s"] < df["ttft_s"]) | (df["ttft_s"] < 0) | df["e2e_s"].isna())]
-    if len(badt):
-        raise DataError(f"{path}: row {badt.index[0]}: e2e_s/ttft_s missing, negative or e2e < ttft")
+    df["has_error"] = error_mask(df)
+    _check_request_rows(df, path)
     return df.sort_values(["experiment_id", "arrival_time_us"], kind="stable").reset_index(drop=True)
+
+
+def _first_bad(df: pd.DataFrame, bad: np.ndarray, path: Path, column: str, rule: str) -> None:
+    """One line naming the file, the row (as stored), its experiment and the column."""
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        v = df[column].iloc[i]
+        v = v.item() if isinstance(v, np.generic) else v
+        raise DataError(f"{path}: row {df.index[i]} (experiment {df['experiment_id'].iloc[i]}): "
+                        f"column '{column}' {rule} (got {v!r})")
+
+
+def _check_request_rows(df: pd.DataFrame, path: Path) -> None:
+    """Every row a request that was sent: a success with its timings, a failure with a reply
+    (tokens counted), or a failure in the form of docs/failed_requests.md (no reply)."""
+    err = df["has_error"].to_numpy()
+    failed = failed_form(df)
+    num = lambda c: pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64)  # noqa: E731
+    inp, out, arr, e2e, ttft = (num(c) for c in ("input_tokens", "output_tokens", "arrival_time_us", "e2e_s",
+                                                 "ttft_s"))
+    _first_bad(df, ~(arr >= 0), path, "arrival_time_us", "must be >= 0")
+    _first_bad(df, ~(inp >= 1) & ~failed, path, "input_tokens", f"must be >= 1 ({FAILED_FORM})")
+    _first_bad(df, ~(out >= 0), path, "output_tokens", "must be >= 0")
+    _first_bad(df, ~err & (ttft < 0), path, "ttft_s", "must be >= 0")
+    _first_bad(df, ~err & (e2e < ttft), path, "e2e_s", "must be >= ttft_s (e2e < ttft)")
+    _first_bad(df, ~err & ~(e2e >= 0), path, "e2e_s", "must be >= 0 for a successful request")
+    _first_bad(df, err & (e2e < 0), path, "e2e_s", "must be >= 0 or missing for a failed request")
+
+
+def _recover_failed(requests: pd.DataFrame, experiments: list[Experiment]) -> pd.DataFrame:
+    """Failed rows without a prompt count get the prompt of their pool slot (evaluator.failed_requests);
+    data without such rows is returned as it came (same frame, same fingerprint)."""
+    missing_all = failed_form(requests)
+    if not missing_all.any():
+        return requests
+    requests = requests.copy()
+    for e in experiments:
+        rows = np.flatnonzero((requests["experiment_id"] == e.id).to_numpy())
+        missing = missing_all[rows]
+        if not missing.any():
+            continue
+        sub = requests.iloc[rows]
+        index = (sub["request_index"].to_numpy(np.int64) if "request_index" in sub.columns
+                 else np.arange(len(sub), dtype=np.int64))
+        prompt = sub["input_tokens"].to_numpy(np.int64)
+        ok = ~missing & (prompt >= 1)
+        fallback = float(prompt[ok].mean()) if ok.any() else float(max(1, e.system_prompt_len + e.question_len))
+        stage = stage_of(e, sub["arrival_time_us"].to_numpy(np.float64) / 1e6)
+        filled = recovered_prompts(index, prompt, missing, stage, e.prompt_pool, fallback)
+        requests.iloc[rows, requests.columns.get_loc("input_tokens")] = filled
+    return requests
 
 
 def _read_steps(path: Path) -> pd.DataFrame | None:
@@ -339,8 +401,11 @@ def _read_experiment(d: Path, root: Path, hw: dict, meta_row, arch_cache, reques
         raise DataError(f"{prof_path}: missing field 'load.stages'")
     resolved = d / "inference_perf_resolved_config.yaml"
     num_groups = int(sp.get("num_unique_system_prompts", 1) or 1)
+    timeout = _request_timeout(prof, prof_path)
     if resolved.exists():  # what inference-perf actually used (PROVENANCE caveat 4)
-        rsp = ((_load_yaml(resolved) or {}).get("data") or {}).get("shared_prefix") or {}
+        rcfg = _load_yaml(resolved) or {}
+        timeout = _request_timeout(rcfg, resolved) or timeout
+        rsp = ((rcfg.get("data") or {}) if isinstance(rcfg, dict) else {}).get("shared_prefix") or {}
         num_groups = int(rsp.get("num_groups") or num_groups)
         prompts_per_group = int(rsp.get("num_prompts_per_group") or 1)
     else:
@@ -376,6 +441,7 @@ def _read_experiment(d: Path, root: Path, hw: dict, meta_row, arch_cache, reques
         prompt_pool=num_groups * prompts_per_group,
         ignore_eos=bool((prof.get("server") or {}).get("ignore_eos", False)),
         arch=arch,
+        request_timeout_s=timeout or DEFAULT_TIMEOUT_S,
     )
     start = 0.0
     for i, st in enumerate(stages_cfg):
@@ -393,6 +459,20 @@ def _read_experiment(d: Path, root: Path, hw: dict, meta_row, arch_cache, reques
     return exp
 
 
+def _request_timeout(cfg, path: Path) -> float | None:
+    """`load.request_timeout` in seconds, or None when unset (null: the client's default)."""
+    v = ((cfg.get("load") or {}) if isinstance(cfg, dict) else {}).get("request_timeout")
+    if v is None:
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise DataError(f"{path}: field 'load.request_timeout' is not a number ({v!r})") from None
+    if not (math.isfinite(x) and x > 0):
+        raise DataError(f"{path}: field 'load.request_timeout' must be positive seconds or null ({v!r})")
+    return x
+
+
 def _fill_stage_measurements(stage: Stage, path: Path, single: bool, summary: Path, n_tokens: int) -> None:
     if not path.exists() and single and summary.exists():
         path = summary
@@ -400,6 +480,9 @@ def _fill_stage_measurements(stage: Stage, path: Path, single: bool, summary: Pa
         raise DataError(f"{path}: missing (one lifecycle-metrics file per load stage)")
     d = _load_yaml(path)
     stage.n_requests = _get(d, "successes.count", path, int)
+    failures = d.get("failures") if isinstance(d, dict) else None
+    if isinstance(failures, dict) and failures.get("count") is not None:
+        stage.n_failed = _get(d, "failures.count", path, int)
     stage.e2e_s = _get(d, "successes.latency.request_latency.mean", path)
     stage.ttft_s = _get(d, "successes.latency.time_to_first_token.mean", path)
     stage.reported_itl_s = _get(d, "successes.latency.inter_token_latency.mean", path)
@@ -433,11 +516,16 @@ def _fill_from_requests(exp: Experiment, req: pd.DataFrame) -> None:
     """Measured stage means from the per-request rows (ratio of sums for per-token time)."""
     if req.empty:
         return
-    ok = req[~req["has_error"]]
+    err = req["has_error"].to_numpy(bool)
+    ok = req[~err]
     st = stage_of(exp, ok["arrival_time_us"].to_numpy() / 1e6)
+    st_err = stage_of(exp, req["arrival_time_us"].to_numpy()[err] / 1e6)
     for s in exp.stages:
+        s.n_failed = int((st_err == s.index).sum())
         g = ok[st == s.index]
         if g.empty:
+            if s.n_failed:  # every request of the stage failed: nothing succeeded to average
+                s.n_requests = 0
             continue
         s.n_requests = len(g)
         s.mean_input = float(g["input_tokens"].mean())

@@ -8,6 +8,12 @@ other models), leave one workload out (per-model constants fitted on the model's
 workloads) or leave the high load out (fitted on each experiment's lowest-rate stage); the
 held-out stages are then scored on all their requests. `holdout_objectives=True` adds all
 three to every evaluation (`evaluator.holdout.holdout_scores`).
+
+Failed requests (docs/failed_requests.md): every request sent is simulated under the client
+timeout; per stage the predicted failure fraction is scored against the measured one (points),
+and E2E / TTFT / per-token errors are over the requests that succeeded in the measurement
+(none for a stage whose measured requests mostly failed). `fail_mean` joins the objectives
+only where the data has failures, so objective vectors on data without them do not change.
 """
 from __future__ import annotations
 
@@ -24,11 +30,11 @@ from evaluator.data import GroundTruth, per_token_time
 from evaluator.holdout import Split, holdout_scores, make_split
 from evaluator.fitting import (MAX_STATES_PER_STAGE, Overheads, StageStates, fit_constants, fit_overheads,
                                states_to_components, subsample)
-from evaluator.objectives import selection_loss
+from evaluator.objectives import FAILURE, selection_loss
 from evaluator.identify import program_identifiability
 from evaluator.program import parse_program
 from evaluator.records import Evaluation, StageScore
-from evaluator.simulator import (BREAKDOWN_PARTS, SimResult, cache_stats_by_stage, simulate,
+from evaluator.simulator import (BREAKDOWN_PARTS, SimResult, cache_stats_by_stage, outcomes_by_stage, simulate,
                                  time_breakdown_by_stage)
 from evaluator.step_scoring import build_step_rows, predict_rows, step_metrics
 from evaluator.workload import build_workload
@@ -39,6 +45,7 @@ RUNAWAY_FACTOR = 5
 RUNAWAY_MIN_STEPS = 500_000
 REFERENCE_SEED = "roofline"  # the physical program whose calibrated states seed every fit
 IDENTIFY_ROWS = 5000  # evenly spaced fitting states for the identifiability report (~20 ms a group)
+MOSTLY_FAILED = 0.5  # a stage whose measured failure fraction is above this is scored on it alone
 
 def _edge_states(kv_tokens: float, max_len: float = physics.DEFAULT_MAX_MODEL_LEN) -> np.ndarray:
     """A grid of batch states at the edges of what a simulation can visit: KV held from one
@@ -59,10 +66,13 @@ def _edge_states(kv_tokens: float, max_len: float = physics.DEFAULT_MAX_MODEL_LE
 
 class Evaluator:
     def __init__(self, gt: GroundTruth, train_fraction: float = 0.7, holdout: tuple | Split | None = None,
-                 global_fit: bool = False, seed: int = 0, holdout_objectives: bool = False):
+                 global_fit: bool = False, seed: int = 0, holdout_objectives: bool = False,
+                 timeouts: bool = True):
         """holdout: a `Split`, or ("model" | "workload", name) / ("load", None) for one.
-        holdout_objectives: score every evaluation under all held-out splits as well."""
+        holdout_objectives: score every evaluation under all held-out splits as well.
+        timeouts: abort simulated requests at each experiment's client timeout (False: never)."""
         self.gt = gt
+        self.timeouts = timeouts
         self.train_fraction = train_fraction
         self.all_exps = list(gt.experiments)
         self.hw = gt.hardware
@@ -73,6 +83,10 @@ class Evaluator:
         self.wl = {e.id: build_workload(e, gt, seed) for e in self.all_exps}
         self.step_rows = build_step_rows(gt, train_fraction)
         self.train_mask = {e.id: self._train_mask(e) for e in self.all_exps}
+        self.failed = {e.id: self._failed_mask(e) for e in self.all_exps}
+        # the failure objective exists only where some measured request failed
+        self.has_failures = any(m.any() for m in self.failed.values()) or \
+            any(s.n_failed for e in self.all_exps for s in e.stages)
         self.holdout_objectives = holdout_objectives
         self._reference: dict[str, np.ndarray] | None = None
         self._grids: dict[str, np.ndarray] | None = None
@@ -118,6 +132,18 @@ class Evaluator:
         cut = np.array([s.start_s + self.train_fraction * s.duration_s for s in e.stages])
         return t < cut[wl.stage]
 
+    def _failed_mask(self, e) -> np.ndarray:
+        """Requests that failed in the measurement (none in spec mode: see `_measured_failure`)."""
+        wl = self.wl[e.id]
+        return np.zeros(len(wl.stage), bool) if wl.measured_failed is None else wl.measured_failed.astype(bool)
+
+    def _measured_failure(self, e, stage, sel) -> float | None:
+        """Measured failed fraction of the selected requests of a stage (the stage file's counts
+        in spec mode)."""
+        if self.wl[e.id].measured_failed is None:
+            return e.stages[stage].failed_fraction or 0.0
+        return float(self.failed[e.id][sel].mean()) if sel.any() else None
+
     def _part(self, e, part: str) -> np.ndarray:
         """The requests of experiment `e` in the training or reported part."""
         if self.split is not None:
@@ -130,7 +156,7 @@ class Evaluator:
         """Measured mean E2E (s), TTFT (s), per-token time (s) of the selected requests."""
         wl = self.wl[e.id]
         st = e.stages[stage]
-        sel = mask & (wl.stage == stage)
+        sel = mask & (wl.stage == stage) & ~self.failed[e.id]
         if wl.measured_e2e_s is None or not sel.any():
             return st.e2e_s, st.ttft_s, st.itl_s
         e2e, ttft = wl.measured_e2e_s[sel], wl.measured_ttft_s[sel]
@@ -152,6 +178,9 @@ class Evaluator:
                 continue
             idx = idx[subsample(len(idx), MAX_STATES_PER_STAGE)]
             st = states[idx]
+            fail = self._measured_failure(e, s.index, train & (self.wl[e.id].stage == s.index))
+            if fail is not None and fail > MOSTLY_FAILED:
+                continue  # its few successes say little about the per-token time
             _, ttft, itl = self._measured(e, s.index, train)
             if not math.isfinite(itl):
                 continue
@@ -231,7 +260,7 @@ class Evaluator:
         for rnd in range(3):
             for e in self.exps:
                 c = consts.get(key_of.get(e.id), np.mean(list(consts.values()), axis=0))
-                r = self._sim(f, c, e, record=True, measured=False)
+                r = self._sim(f, c, e, record=True, measured=False, timeouts=self.has_failures)
                 if r.ok or rnd == 0:  # keep the earlier round's states if the refit misbehaves
                     states[e.id] = r.states
             if rnd == 2:
@@ -284,7 +313,7 @@ class Evaluator:
     def _key(self, e) -> str:
         return "*" if self.global_fit else e.model
 
-    def _sim(self, f, consts, e, record=False, measured=True) -> SimResult:
+    def _sim(self, f, consts, e, record=False, measured=True, timeouts=True) -> SimResult:
         # A candidate needing many times the steps of the calibrated reference predicts
         # step times far too short (requests decode alone): stop it early as a runaway
         # instead of simulating tens of millions of steps.
@@ -293,7 +322,15 @@ class Evaluator:
             limit = max(RUNAWAY_MIN_STEPS, RUNAWAY_FACTOR * len(self._reference[e.id]))
         mv = self.mv[e.id] if measured else self.mv_arch[e.id]
         return simulate(f, consts, mv, self.wl[e.id], e.kv_blocks, e.max_num_seqs,
-                        e.max_batched_tokens, e.block_size, max_steps=limit, record=record)
+                        e.max_batched_tokens, e.block_size, max_steps=limit, record=record,
+                        timeout_us=self._timeout() if timeouts else 0.0)
+
+    def _timeout(self) -> float | None:
+        """The simulate() timeout: each workload's client timeout, or 0 (none) when turned off.
+        The reference calibration uses it only on data with failures: its first round runs the
+        roofline's uncalibrated constants, which overload two of the 12 real experiments into
+        300 s queues that the real server never had (llama-2-7b and mixtral general)."""
+        return None if self.timeouts else 0.0
 
     # -------------------------------------------------------------- main entry
     def evaluate(self, program, constants: dict[str, list[float]] | None = None,
@@ -440,8 +477,9 @@ class Evaluator:
                 for e in exps:
                     r, wl = results[e.id], self.wl[e.id]
                     m = self._part(e, "train")
+                    served = ~self.failed[e.id] & ~r.timed_out if len(r.timed_out) else ~self.failed[e.id]
                     for s in e.stages:
-                        g = m & (wl.stage == s.index)
+                        g = m & (wl.stage == s.index) & served  # requests both ends saw finish
                         if not g.any():
                             continue
                         if wl.measured_e2e_s is not None:
@@ -463,27 +501,45 @@ class Evaluator:
             ttft = r.ttft_us + o.queueing_us + o.queueing_per_input_token_us * wl.prompt_len
             e2e = r.e2e_us + o.queueing_us + o.queueing_per_input_token_us * wl.prompt_len \
                 + o.output_token_us * wl.gen_len + o.post_decode_us
+            timed_out = r.timed_out if len(r.timed_out) else np.zeros(len(wl.stage), bool)
+            if timed_out.any():  # the client saw the timeout, whatever the overheads
+                ttft = np.where(timed_out, np.minimum(ttft, r.e2e_us), ttft)
+                e2e = np.where(timed_out, r.e2e_us, e2e)
             mask = self._part(e, "train" if train else "test")
             cache = {c["stage"]: c for c in cache_stats_by_stage(r, wl, mask)}  # the reported requests'
+            outcome = {c["stage"]: c for c in outcomes_by_stage(r, wl, mask)}
             for s in e.stages:
-                sel = mask & (wl.stage == s.index)
-                if not sel.any():
+                every = mask & (wl.stage == s.index)
+                if not every.any():
                     continue
-                cs = cache.get(s.index, {})
-                me2e, mttft, mitl = self._measured(e, s.index, mask)
-                pe2e, pttft = float(e2e[sel].mean()) / 1e6, float(ttft[sel].mean()) / 1e6
-                pitl = per_token_time(e2e[sel], ttft[sel], wl.gen_len[sel]) / 1e6
-                scores.append({
-                    "experiment": e.id, "model": e.model, "workload": e.workload, "stage": s.index,
-                    "rate": s.rate, "n_requests": int(sel.sum()),
-                    "pred_e2e_s": pe2e, "meas_e2e_s": me2e, "e2e_err": abs(pe2e - me2e) / me2e,
-                    "pred_ttft_s": pttft, "meas_ttft_s": mttft, "ttft_err": abs(pttft - mttft) / mttft,
-                    "pred_itl_s": pitl, "meas_itl_s": mitl, "itl_err": abs(pitl - mitl) / mitl,
+                sel = every & ~self.failed[e.id]  # latencies: over the measured successes
+                cs, oc = cache.get(s.index, {}), outcome.get(s.index, {})
+                mfail = self._measured_failure(e, s.index, every)
+                pfail = float(timed_out[every].mean())
+                row = {"experiment": e.id, "model": e.model, "workload": e.workload, "stage": s.index,
+                       "rate": s.rate, "n_requests": int(every.sum())}
+                if sel.any() and not (mfail is not None and mfail > MOSTLY_FAILED):
+                    me2e, mttft, mitl = self._measured(e, s.index, mask)
+                    pe2e, pttft = float(e2e[sel].mean()) / 1e6, float(ttft[sel].mean()) / 1e6
+                    pitl = per_token_time(e2e[sel], ttft[sel], wl.gen_len[sel]) / 1e6
+                    row.update({"pred_e2e_s": pe2e, "meas_e2e_s": me2e, "e2e_err": abs(pe2e - me2e) / me2e,
+                                "pred_ttft_s": pttft, "meas_ttft_s": mttft, "ttft_err": abs(pttft - mttft) / mttft,
+                                "pred_itl_s": pitl, "meas_itl_s": mitl, "itl_err": abs(pitl - mitl) / mitl})
+                else:  # mostly failed in the measurement: scored on its failure fraction alone
+                    row.update({k: None for k in ("pred_e2e_s", "meas_e2e_s", "e2e_err", "pred_ttft_s",
+                                                  "meas_ttft_s", "ttft_err", "pred_itl_s", "meas_itl_s", "itl_err")})
+                row.update({
                     "sim_steps": r.n_steps, "preempted": r.n_preempted,
                     # prefix cache of these requests (None where they have no prompt tokens)
                     "hit_rate": cs.get("hit_rate"), "always_hit_rate": cs.get("always_hit_rate"),
                     "evictions": int(cs.get("evictions", 0)), "preemptions": int(cs.get("preemptions", 0)),
+                    # failures: measured and simulated fraction of the stage's requests, error in points
+                    "n_failed_meas": int(self.failed[e.id][every].sum()),
+                    "finished": int(oc.get("finished", 0)), "timed_out": int(oc.get("timed_out", 0)),
+                    "meas_fail": mfail, "pred_fail": pfail,
+                    "fail_err_pts": None if mfail is None else 100.0 * abs(pfail - mfail),
                 })
+                scores.append(row)
         # per-step scoring on the real step rows
         report_models = set() if train or (self.split is not None and self.split.kind == "load") \
             else {e.model for e in self.report_exps}
@@ -497,15 +553,19 @@ class Evaluator:
             if not np.all(np.isfinite(pred[work]) & (pred[work] >= 1.0)):
                 return self._invalid(f"invalid prediction on real step rows of {model}", time.perf_counter())
             steps.update(step_metrics(pred, rows, "test" if self.holdout is None else "all"))
-        e2e = [x["e2e_err"] for x in scores]
+        timed = [x for x in scores if x["e2e_err"] is not None]  # stages scored on latency
+        e2e = [x["e2e_err"] for x in timed]
         mape = [v["step_mape"] for v in steps.values() if math.isfinite(v["step_mape"])]
         objectives = {
             "step_mape": float(np.mean(mape)) if mape else math.nan,
             "e2e_mean": float(np.mean(e2e)) if e2e else math.nan,
             "e2e_worst": float(np.max(e2e)) if e2e else math.nan,
-            "ttft_mean": float(np.mean([x["ttft_err"] for x in scores])) if scores else math.nan,
-            "itl_mean": float(np.mean([x["itl_err"] for x in scores])) if scores else math.nan,
+            "ttft_mean": float(np.mean([x["ttft_err"] for x in timed])) if timed else math.nan,
+            "itl_mean": float(np.mean([x["itl_err"] for x in timed])) if timed else math.nan,
         }
+        if self.has_failures:  # mean failure-fraction error, as a fraction (0.01 = one point)
+            fails = [x["fail_err_pts"] / 100.0 for x in scores if x["fail_err_pts"] is not None]
+            objectives[FAILURE] = float(np.mean(fails)) if fails else math.nan
         return Evaluation(valid=True, constants=constants, overheads=overheads, rows=tuple(scores), steps=steps,
                           objectives=objectives)
 
@@ -538,7 +598,7 @@ class Evaluator:
                 raise ValueError(f"the evaluation has no constants for model {e.model}")
             wl = self.wl[e.id]
             r = simulate(f, c, self.mv[e.id], wl, e.kv_blocks, e.max_num_seqs, e.max_batched_tokens,
-                         e.block_size, max_steps=MAX_STEPS, record=True, breakdown=True)
+                         e.block_size, max_steps=MAX_STEPS, record=True, breakdown=True, timeout_us=self._timeout())
             if not r.ok:
                 raise ValueError(f"{e.id}: the simulation with the fitted constants failed (status {r.status})")
             mask = self._part(e, "test")

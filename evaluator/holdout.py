@@ -84,8 +84,9 @@ def summarize(rows: list[dict], errors: dict[str, str], prefix: str) -> dict[str
     if errors or not rows:
         return {f"{prefix}_e2e": math.inf, f"{prefix}_e2e_worst": math.inf,
                 f"{prefix}_ttft": math.inf, f"{prefix}_itl": math.inf}
+    rows = [r for r in rows if r["e2e_err"] is not None]  # stages that mostly failed: no latency
     return {f"{prefix}_e2e": _mean([r["e2e_err"] for r in rows]),
-            f"{prefix}_e2e_worst": float(max(r["e2e_err"] for r in rows)),
+            f"{prefix}_e2e_worst": float(max((r["e2e_err"] for r in rows), default=math.inf)),
             f"{prefix}_ttft": _mean([r["ttft_err"] for r in rows]),
             f"{prefix}_itl": _mean([r["itl_err"] for r in rows])}
 

@@ -546,6 +546,9 @@ def _parse_lifecycle_record(rec: Any, idx: int, path: Path, line: int) -> dict[s
     # TTFT as inference-perf defines it (reportgen summarize_requests): first streamed
     # timestamp - start_time, only for successful requests with more than one timestamp.
     ttft = float(times[0]) - start if (not has_error and len(times) > 1) else math.nan
+    if has_error and not input_tokens:
+        # no reply: the failed-request form the reader keeps as load (docs/failed_requests.md)
+        output_tokens = 0
     return {
         "start": start,
         "input_tokens": input_tokens or 0,

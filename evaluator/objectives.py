@@ -40,6 +40,12 @@ HELDOUT: tuple[str, ...] = ("lowo_e2e", "lomo_e2e", "load_e2e")
 # splits (in-sample errors are then a reported diagnostic only), else the in-sample errors.
 HELDOUT_ORDER: tuple[str, ...] = (*HELDOUT, "complexity")
 IN_SAMPLE_ORDER: tuple[str, ...] = ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape", "complexity")
+# Mean error of the predicted failure fraction (|pred - measured|, 0.01 = one point), set by the
+# judge only on data where some measured request failed (docs/failed_requests.md): there it is
+# ranked too, elsewhere it is absent, so objective vectors on data without failures keep their
+# length and values. Kept in the evaluation's objectives JSON, not an archive column.
+FAILURE = "fail_mean"
+FAILURE_LABEL = "failures (pts)"
 
 
 def has_heldout(objectives: Mapping | None) -> bool:
@@ -48,9 +54,13 @@ def has_heldout(objectives: Mapping | None) -> bool:
 
 
 def vector_order(objective_dicts) -> tuple[str, ...]:
-    """The vector order for ranking these together: held-out only if every one has them."""
+    """The vector order for ranking these together: held-out only if every one has them; the
+    failure error last if every one has it (data with failures)."""
     dicts = list(objective_dicts)
-    return HELDOUT_ORDER if dicts and all(has_heldout(d) for d in dicts) else IN_SAMPLE_ORDER
+    order = HELDOUT_ORDER if dicts and all(has_heldout(d) for d in dicts) else IN_SAMPLE_ORDER
+    if dicts and all(FAILURE in (d or {}) for d in dicts):
+        order = (*order, FAILURE)
+    return order
 
 
 def finite_or_none(value) -> float | None:
@@ -98,14 +108,20 @@ def in_sample_loss(objectives: Mapping) -> float:
     """Mean E2E error, ties broken by ITL and TTFT error, on the in-sample (time) split; a
     missing or non-finite term counts as INVALID."""
     f = lambda k: ranked(objectives.get(k))  # noqa: E731
-    return f("e2e_mean") + 0.25 * f("itl_mean") + 0.1 * f("ttft_mean")
+    return f("e2e_mean") + 0.25 * f("itl_mean") + 0.1 * f("ttft_mean") + _failure_term(objectives)
+
+
+def _failure_term(objectives: Mapping) -> float:
+    """The failure error where the data has failures (absent elsewhere: adds nothing)."""
+    return ranked(objectives.get(FAILURE)) if FAILURE in objectives else 0.0
 
 
 def selection_loss(objectives: Mapping) -> float:
     """One number to rank candidates (cell elitism, keeping a refit): the mean of the held-out
     E2E errors where they were scored (the in-sample loss breaks ties), else `in_sample_loss`."""
     if has_heldout(objectives):
-        return sum(ranked(objectives.get(k)) for k in HELDOUT) / len(HELDOUT) + 0.01 * in_sample_loss(objectives)
+        return (sum(ranked(objectives.get(k)) for k in HELDOUT) / len(HELDOUT) + _failure_term(objectives)
+                + 0.01 * in_sample_loss(objectives))
     return in_sample_loss(objectives)
 
 

@@ -19,24 +19,32 @@ from evaluator.objectives import ORDER, invalid_objectives
 
 
 class StageScore(TypedDict):
-    """Errors of one experiment x load stage on the reported (held-out) part."""
+    """Errors of one experiment x load stage on the reported (held-out) part. Latency figures
+    are over the requests that succeeded in the measurement, None for a stage that mostly
+    failed (docs/failed_requests.md); rows stored before a column existed lack its key."""
     experiment: str
     model: str
     workload: str
     stage: int
     rate: float
-    n_requests: int
-    pred_e2e_s: float
-    meas_e2e_s: float
-    e2e_err: float
-    pred_ttft_s: float
-    meas_ttft_s: float
-    ttft_err: float
-    pred_itl_s: float
-    meas_itl_s: float
-    itl_err: float
+    n_requests: int  # every request sent, failed ones included
+    pred_e2e_s: float | None
+    meas_e2e_s: float | None
+    e2e_err: float | None
+    pred_ttft_s: float | None
+    meas_ttft_s: float | None
+    ttft_err: float | None
+    pred_itl_s: float | None
+    meas_itl_s: float | None
+    itl_err: float | None
     sim_steps: int
     preempted: int
+    n_failed_meas: int  # failed in the measurement
+    finished: int  # simulated: finished within the client timeout
+    timed_out: int  # simulated: aborted by the client timeout
+    meas_fail: float | None  # measured failed fraction
+    pred_fail: float  # simulated failed fraction
+    fail_err_pts: float | None  # abs(pred_fail - meas_fail) in percentage points
 
 
 StepScore = dict  # per experiment: step_mape, spearman, n_rows (see evaluator.step_scoring.step_metrics)

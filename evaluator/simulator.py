@@ -19,6 +19,13 @@ Prefix caching, two modes (`prefix_cache=`):
 The clock advances by the candidate's predicted step cycle. A request's first token is
 emitted at the end of the step that finishes its prefill; a decode step emits one token.
 
+Client timeout (`timeout_us`, docs/failed_requests.md): a request not finished within that time
+of its arrival is aborted, as vLLM does when the client disconnects: at the first step boundary
+past its deadline it leaves the waiting queue or the running batch and its KV blocks are freed
+(cached ones stay cached); one that would finish in the step its deadline falls in has timed
+out too. Its reported E2E is the timeout, its TTFT the first token if that came in time, else
+the timeout (`SimResult.timed_out` marks them).
+
 The predictor is a *parameter* of type `PREDICTOR_TYPE` (a first-class function type), so the
 simulator is compiled once and any candidate compiled with the fixed signature plugs in.
 """
@@ -55,7 +62,7 @@ _F1 = numba.float64[::1]
 _I1 = numba.int64[::1]
 _SIM_ARGS = (PREDICTOR_TYPE, _F1, _F1, _F1, _I1, _I1, _I1, numba.int64, numba.int64, numba.int64,
              numba.int64, numba.int64, numba.boolean,
-             numba.boolean, _I1, _I1, _I1, numba.int64, numba.boolean)
+             numba.boolean, _I1, _I1, _I1, numba.int64, numba.boolean, numba.float64)
 
 
 @numba.njit(cache=True, inline="always")
@@ -70,10 +77,13 @@ def _mark_seen(seen, full, block, n_sys, c_sys, c_prompt, prompt_len):
 @numba.njit(_SIM_ARGS, cache=True, error_model="numpy")
 def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_len,
               kv_blocks, max_seqs, max_tokens, block, max_steps, record,
-              lru, n_sys, grp_c, prm_c, ubase, breakdown):
+              lru, n_sys, grp_c, prm_c, ubase, breakdown, timeout_us):
     n = arrival_us.shape[0]
     first_us = np.full(n, -1.0)
     done_us = np.full(n, -1.0)
+    gone = np.zeros(n, np.bool_)  # finished or timed out
+    timed_out = np.zeros(n, np.bool_)
+    oldest = 0  # first request (arrival order) not gone: the only one whose deadline can pass first
     computed = np.zeros(n, np.int64)  # tokens with KV computed
     target = prompt_len.copy()  # prefill target (grows after preemption: prompt + generated)
     generated = np.zeros(n, np.int64)
@@ -118,6 +128,40 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             wq[(w_head + w_len) % cap] = next_arr
             w_len += 1
             next_arr += 1
+        if timeout_us > 0.0:
+            while oldest < n and gone[oldest]:
+                oldest += 1
+            if oldest < next_arr and t - arrival_us[oldest] >= timeout_us:
+                # the client gave up: abort every request past its deadline, running or waiting
+                k = 0
+                for j in range(n_run):
+                    r = running[j]
+                    if t - arrival_us[r] >= timeout_us:
+                        if lru:
+                            kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
+                        else:
+                            free_blocks += blocks[r]
+                        blocks[r] = 0
+                        gone[r] = True
+                        timed_out[r] = True
+                        finished += 1
+                    else:
+                        running[k] = r
+                        k += 1
+                n_run = k
+                k = 0
+                for q in range(w_len):
+                    r = wq[(w_head + q) % cap]
+                    if t - arrival_us[r] >= timeout_us:  # waiting requests hold no blocks
+                        gone[r] = True
+                        timed_out[r] = True
+                        finished += 1
+                    else:
+                        wq[(w_head + k) % cap] = r
+                        k += 1
+                w_len = k
+                if finished >= n:
+                    break
         if n_run == 0 and w_len == 0:
             t = arrival_us[next_arr]
             continue
@@ -288,8 +332,12 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             K += kr
         if P + D == 0.0:
             # nothing schedulable (KV exhausted by a lone request): wait for the next arrival
-            if next_arr < n:
-                t = max(t, arrival_us[next_arr])
+            # or, with a client timeout, the next deadline
+            wake = arrival_us[next_arr] if next_arr < n else np.inf
+            if timeout_us > 0.0 and oldest < n:
+                wake = min(wake, arrival_us[oldest] + timeout_us)
+            if wake < np.inf:
+                t = max(t, wake)
                 continue
             status = 2
             break
@@ -354,6 +402,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                         first_us[r] = t - arrival_us[r]
                     if generated[r] >= gen_len[r]:
                         done_us[r] = t - arrival_us[r]
+                        gone[r] = True
+                        if timeout_us > 0.0 and done_us[r] > timeout_us:
+                            timed_out[r] = True  # the client left during this step
                         if lru:
                             kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
                         else:
@@ -368,7 +419,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 k += 1
             j += 1
         n_run = k
-    return status, first_us, done_us, n_steps, n_preempt, rec[:n_steps] if record else rec[:0], stats
+    return status, first_us, done_us, n_steps, n_preempt, rec[:n_steps] if record else rec[:0], stats, timed_out
 
 
 @dataclass
@@ -384,6 +435,8 @@ class Workload:
     prompt_id: np.ndarray | None = None  # int64 prompt-pool slot per request (-1 = unique prompt)
     group_id: np.ndarray | None = None  # int64 system-prompt group per request (-1 = none)
     system_prompt_len: int = 0  # tokens of the group's shared system prompt
+    measured_failed: np.ndarray | None = None  # bool: the request failed in the measurement
+    timeout_us: float = 0.0  # the client's total timeout (0 = none)
 
 
 @dataclass
@@ -397,6 +450,7 @@ class SimResult:
     req_stats: np.ndarray = field(default_factory=lambda: np.zeros((0, N_REQ_STATS)))  # see HIT..
     prefix_cache: str = "always-hit"  # the mode that ran
     breakdown: bool = False  # whether the T_* columns were filled
+    timed_out: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # aborted by the client timeout
 
     @property
     def ok(self) -> bool:
@@ -423,12 +477,14 @@ def _content_ids(wl: Workload, block: int):
 
 def simulate(predict, consts, model_vec, wl: Workload, kv_blocks: int, max_seqs: int = 128,
              max_tokens: int = 2048, block: int = 16, max_steps: int = 5_000_000,
-             record: bool = False, prefix_cache: str = "auto", breakdown: bool = False) -> SimResult:
+             record: bool = False, prefix_cache: str = "auto", breakdown: bool = False,
+             timeout_us: float | None = None) -> SimResult:
     """Run one experiment; `predict` is a numba function of signature PREDICTOR_TYPE.
 
     prefix_cache: "lru" (vLLM's block pool), "always-hit" (the workload's cached_len), or
     "auto" = lru when the workload carries prompt identity, else always-hit. breakdown=True
     fills the per-request time attribution read by `time_breakdown_by_stage`.
+    timeout_us: the client timeout (module docstring); None = the workload's, 0 = none.
     """
     if prefix_cache not in PREFIX_MODES:
         raise ValueError(f"prefix_cache must be one of {PREFIX_MODES}, not {prefix_cache!r}")
@@ -436,13 +492,32 @@ def simulate(predict, consts, model_vec, wl: Workload, kv_blocks: int, max_seqs:
     f8 = lambda a: np.require(a, np.float64, ["C", "W"])  # noqa: E731
     i8 = lambda a: np.require(a, np.int64, ["C", "W"])  # noqa: E731
     n_sys, grp_c, prm_c, ubase = _content_ids(wl, int(block))
-    status, first, done, n_steps, n_pre, rec, stats = _simulate(
+    timeout = float(wl.timeout_us if timeout_us is None else timeout_us)
+    if not timeout >= 0.0:
+        raise ValueError(f"timeout_us must be >= 0 (0 = none), not {timeout!r}")
+    status, first, done, n_steps, n_pre, rec, stats, timed_out = _simulate(
         predict, f8(consts), f8(model_vec), f8(wl.arrival_us), i8(wl.prompt_len), i8(wl.cached_len),
         i8(wl.gen_len), int(kv_blocks), int(max_seqs), int(max_tokens),
         int(block), int(max_steps), bool(record),
-        bool(lru), i8(n_sys), i8(grp_c), i8(prm_c), int(ubase), bool(breakdown))
+        bool(lru), i8(n_sys), i8(grp_c), i8(prm_c), int(ubase), bool(breakdown),
+        timeout if np.isfinite(timeout) else 0.0)
+    if timed_out.any():  # what the client recorded: it gave up at the timeout
+        first = np.where(timed_out & ((first < 0) | (first > timeout)), timeout, first)
+        done = np.where(timed_out, timeout, done)
     return SimResult(int(status), first, done, int(n_steps), int(n_pre), rec, stats,
-                     "lru" if lru else "always-hit", bool(breakdown))
+                     "lru" if lru else "always-hit", bool(breakdown), timed_out)
+
+
+def outcomes_by_stage(result: SimResult, wl: Workload, mask=None) -> list[dict]:
+    """Per load stage: requests, how many finished and how many the client timeout aborted
+    (the two sum to the requests of a completed simulation)."""
+    out = []
+    to = result.timed_out if len(result.timed_out) else np.zeros(len(wl.stage), bool)
+    for s, m in _stage_groups(result, wl, mask):
+        n_to = int((to & m).sum())
+        out.append({"stage": s, "requests": int(m.sum()), "finished": int((m & ~to & (result.e2e_us >= 0)).sum()),
+                    "timed_out": n_to})
+    return out
 
 
 def _stage_groups(result: SimResult, wl: Workload, mask):
@@ -494,6 +569,8 @@ def time_breakdown_by_stage(result: SimResult, wl: Workload, mask=None) -> list[
     out = []
     for s, m in _stage_groups(result, wl, mask):
         m = m & (wl.gen_len >= 2) & (result.e2e_us >= 0)
+        if len(result.timed_out):
+            m = m & ~result.timed_out
         tokens = float((wl.gen_len[m] - 1).sum())
         span = float((result.e2e_us[m] - result.ttft_us[m]).sum())
         parts = {"decode": st[m, T_DECODE].sum(), "prefill": st[m, T_PREFILL].sum(),

@@ -1,6 +1,8 @@
 """Request streams for the simulator: trace replay (requests table) or workload spec (profiles).
 
-Trace replay uses the measured arrivals and prompt lengths. Generated lengths follow
+Trace replay uses the measured arrivals and prompt lengths of every request sent, failed ones
+included (a failed request was real load until the client gave up: its prompt comes from its
+pool slot, `evaluator.failed_requests`, and it asks for the profile's `output_len`). Generated lengths follow
 `Experiment.generated_len` (fixed max_tokens under ignore_eos) when set, else the measured
 counts. Workload spec draws Poisson arrivals per load stage from a seeded generator (the
 arrival process measured in the single-rate runs has CV 1.00) with the stage's mean lengths.
@@ -64,20 +66,26 @@ def trace_workload(exp: Experiment, gt: GroundTruth) -> Workload:
     # prompt identity counts every request sent, failed ones included
     index = (every["request_index"].to_numpy(np.int64) if "request_index" in every.columns
              else np.arange(len(every), dtype=np.int64))
-    ok = ~every["has_error"].to_numpy(bool)
+    failed = every["has_error"].to_numpy(bool)
     group_col = every["prefix_group"].to_numpy() if "prefix_group" in every.columns else None
     pid, gid = prompt_identity(exp, index, group_col)
-    req = every[ok]
-    arr = req["arrival_time_us"].to_numpy(np.float64)
-    prompt = req["input_tokens"].to_numpy(np.int64)
+    arr = every["arrival_time_us"].to_numpy(np.float64)
+    stage = stage_of(exp, arr / 1e6).astype(np.int64)
+    prompt = every["input_tokens"].to_numpy(np.int64)
     if exp.generated_len:
-        gen = np.full(len(req), exp.generated_len, np.int64)
+        gen = np.full(len(every), exp.generated_len, np.int64)
     else:
-        gen = np.maximum(req["output_tokens"].to_numpy(np.int64), 1)
+        gen = np.maximum(every["output_tokens"].to_numpy(np.int64), 1)
+        if failed.any():  # no reply came: what the profile asked for, else the stage's measured mean
+            asked = np.array([exp.output_len or max(1, round(s.mean_output)) for s in exp.stages], np.int64)
+            gen = np.where(failed, asked[stage], gen)
+    e2e = every["e2e_s"].to_numpy(np.float64)
+    ttft = every["ttft_s"].to_numpy(np.float64)
+    if failed.any():  # a failure's latencies are not a measurement of service
+        e2e, ttft = np.where(failed, np.nan, e2e), np.where(failed, np.nan, ttft)
     cached = _cached(exp, prompt)
-    return Workload(arr, prompt, cached, gen, stage_of(exp, arr / 1e6).astype(np.int64),
-                    req["e2e_s"].to_numpy(np.float64), req["ttft_s"].to_numpy(np.float64),
-                    pid[ok], gid[ok], exp.system_prompt_len)
+    return Workload(arr, prompt, cached, gen, stage, e2e, ttft, pid, gid, exp.system_prompt_len,
+                    failed, exp.request_timeout_s * 1e6)
 
 
 def spec_workload(exp: Experiment, seed: int = 0) -> Workload:
@@ -98,7 +106,7 @@ def spec_workload(exp: Experiment, seed: int = 0) -> Workload:
     pid, gid = prompt_identity(exp, np.arange(len(arr)))
     return Workload(arr, prompt, _cached(exp, prompt),
                     np.concatenate(gens), np.concatenate(stages), prompt_id=pid, group_id=gid,
-                    system_prompt_len=exp.system_prompt_len)
+                    system_prompt_len=exp.system_prompt_len, timeout_us=exp.request_timeout_s * 1e6)
 
 
 def build_workload(exp: Experiment, gt: GroundTruth, seed: int = 0) -> Workload:

@@ -26,7 +26,7 @@ from evolve.config import RunConfig, config_from_args
 from evolve.ray_pool import RayExecutorError
 from evolve.search import Search
 from evolve.views import frontier_table, render_frontier, report_html, serve, show_program
-from evolve.views.format import BASELINE_PREFIX, clean_json
+from evolve.views.format import BASELINE_PREFIX, clean_json, fmt_rate
 from evolve.views.holdout_table import holdout_summary, holdout_table, split_errors, split_table
 from evolve.views.components_view import components_data, components_table, kernel_notes
 from evolve.views.tables import render_breakdown
@@ -69,6 +69,8 @@ def cmd_baselines(args) -> int:
         for m in ("E2E", "TTFT", "ITL"):
             t.add_column(f"{b}\n{m}", justify="right")
     t.add_column("step MAPE\n" + "/".join(b[:5] for b in BASELINES), justify="right")
+    t.add_column("failed\nmeasured", justify="right")  # and aborted by the simulated client timeout:
+    t.add_column("failed sim\n" + "/".join(b[:5] for b in BASELINES), justify="right")
     keys = [(r["experiment"], r["stage"]) for r in res[BASELINES[0]].rows] or \
         sorted({(r["experiment"], r["stage"]) for b in BASELINES for r in res[b].rows})
     index = {b: {(r["experiment"], r["stage"]): r for r in res[b].rows} for b in BASELINES}
@@ -80,13 +82,16 @@ def cmd_baselines(args) -> int:
         step = "/".join(_pct(res[b].steps.get(k[0], {}).get("step_mape")) for b in BASELINES) \
             if any(k[0] in res[b].steps for b in BASELINES) else ""
         e = gt.experiment(k[0])
-        t.add_row(f"{e.model}/{e.workload}", str(k[1]), *cells, step)
+        rows = [index[b].get(k) or {} for b in BASELINES]
+        meas = next((r.get("meas_fail") for r in rows if r.get("meas_fail") is not None), None)
+        t.add_row(f"{e.model}/{e.workload}", str(k[1]), *cells, step, fmt_rate(meas),
+                  "/".join(fmt_rate(r.get("pred_fail")) for r in rows))
     means = []
     for b in BASELINES:
         o = res[b].objectives
         means += [_pct(o.get("e2e_mean")), _pct(o.get("ttft_mean")), _pct(o.get("itl_mean"))]
     t.add_row("[bold]mean[/bold]", "", *means,
-              "/".join(_pct(res[b].objectives.get("step_mape")) for b in BASELINES), end_section=True)
+              "/".join(_pct(res[b].objectives.get("step_mape")) for b in BASELINES), "", "", end_section=True)
     con.print(t)
     if args.holdout:
         con.print(holdout_table(res))

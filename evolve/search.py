@@ -402,10 +402,11 @@ class Search:
 
 def _errors_table(ev: dict) -> str:
     lines = ["experiment | stage | E2E err | TTFT err | ITL err"]
-    rows = sorted(ev.get("rows", []), key=lambda r: -r.get("e2e_err", 0))
+    rows = sorted(ev.get("rows", []), key=lambda r: -(r.get("e2e_err") or 0))
+    p = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731  (None: the stage mostly failed)
     for r in rows[:12]:
-        lines.append(f"{r['model']}/{r['workload']} | {r['stage']} | {100 * r['e2e_err']:.1f}% | "
-                     f"{100 * r['ttft_err']:.1f}% | {100 * r['itl_err']:.1f}%")
+        lines.append(f"{r['model']}/{r['workload']} | {r['stage']} | {p(r.get('e2e_err'))} | "
+                     f"{p(r.get('ttft_err'))} | {p(r.get('itl_err'))}")
     return "\n".join(lines)
 
 

@@ -31,6 +31,7 @@ from evolve.views.tables import render_breakdown
 
 SEED = Path(__file__).resolve().parents[1] / "seeds" / "roofline.py"
 CACHE_KEYS = ("hit_rate", "always_hit_rate", "evictions", "preemptions")
+FAIL_KEYS = ("meas_fail", "pred_fail", "fail_err_pts")  # the failure columns follow the cache ones
 
 
 def _strict(text: str):
@@ -123,7 +124,7 @@ def test_breakdown_tables(out):
 def _old(ev: dict) -> dict:
     """The same evaluation as an archive written before the cache columns existed."""
     d = {k: v for k, v in ev.items() if k != "breakdown"}
-    d["rows"] = [{k: v for k, v in r.items() if k not in CACHE_KEYS} for r in ev["rows"]]
+    d["rows"] = [{k: v for k, v in r.items() if k not in CACHE_KEYS + FAIL_KEYS} for r in ev["rows"]]
     return d
 
 
@@ -146,14 +147,15 @@ def test_show_has_the_cache_columns_and_reads_old_archives(archive, out):
     text = con.export_text()
     for col in ("hit rate", "always-hit", "evictions", "preemptions"):
         assert col in text
-    assert [_cells(ln)[-4:] for ln in _stage_lines(text, out)] == \
+    assert [_cells(ln)[-7:-3] for ln in _stage_lines(text, out)] == \
         [[fmt_rate(r["hit_rate"]), fmt_rate(r["always_hit_rate"]), str(r["evictions"]), str(r["preemptions"])]
          for r in out["rows"]]
+    assert [_cells(ln)[-3:] for ln in _stage_lines(text, out)] == [["0.0%", "0.0%", "0.0 pts"]] * len(out["rows"])
     con = Console(record=True, width=260)
     show_program(a, old, con)  # rows without the new keys: dashes, no crash
     text = con.export_text()
     assert "hit rate" in text
-    assert [_cells(ln)[-4:] for ln in _stage_lines(text, out)] == [["—"] * 4] * len(out["rows"])
+    assert [_cells(ln)[-7:] for ln in _stage_lines(text, out)] == [["—"] * 7] * len(out["rows"])
 
 
 def _cells(line: str) -> list[str]:
@@ -176,11 +178,12 @@ def test_report_shows_the_cache_columns_and_reads_old_archives(archive, out, tmp
         return [re.findall(r"<td[^>]*>(.*?)</td>", tr) for tr in table.split("<tr>")[2:]]
 
     page = Path(report_html(a, tmp_path / "new.html", run=run, program_id=new)).read_text()
-    assert [c[-4:] for c in stage_cells(page)] == \
+    assert [c[-7:-3] for c in stage_cells(page)] == \
         [[fmt_rate(r["hit_rate"]), fmt_rate(r["always_hit_rate"]), str(r["evictions"]), str(r["preemptions"])]
          for r in out["rows"]]
+    assert [c[-3:] for c in stage_cells(page)] == [["0.0%", "0.0%", "0.0 pts"]] * len(out["rows"])
     page = Path(report_html(a, tmp_path / "old.html", run=run, program_id=old)).read_text()
-    assert [c[-4:] for c in stage_cells(page)] == [["—"] * 4] * len(out["rows"])
+    assert [c[-7:] for c in stage_cells(page)] == [["—"] * 7] * len(out["rows"])
 
 
 def _chromium() -> str | None:
@@ -220,6 +223,7 @@ def test_ui_panel_shows_the_cache_columns(archive, out):
                 pg.wait_for_selector("#errtable tbody tr")
                 head = pg.locator("#errtable thead").inner_text()
                 assert "hit rate" in head and "evictions" in head and "preemptions" in head
+                assert "failures" in head and "simulated" in head
                 assert pg.locator("#errtable tbody tr").count() == len(out["rows"])
                 assert pg.locator("#errtable tbody tr").first.locator("td.hit").inner_text() == want
             b.close()

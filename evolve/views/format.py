@@ -67,6 +67,21 @@ def cache_cells(r: Mapping) -> list[str]:
             fmt_num(r.get("evictions")), fmt_num(r.get("preemptions"))]
 
 
+FAILURE_COLUMNS = ("failed", "failed sim", "fail err")  # headers of failure_cells
+
+
+def fmt_pts(v) -> str:
+    """Percentage points (an error between two fractions); a dash when missing."""
+    x = finite_or_none(v)
+    return "—" if x is None else f"{x:.1f} pts"
+
+
+def failure_cells(r: Mapping) -> list[str]:
+    """Measured and simulated failed fraction of one experiment-stage row and the error in
+    points ("—" for rows stored before the judge recorded them)."""
+    return [fmt_rate(r.get("meas_fail")), fmt_rate(r.get("pred_fail")), fmt_pts(r.get("fail_err_pts"))]
+
+
 def pct(v: float) -> str:
     """Short percentage for plot labels and tooltips."""
     return f"{100 * v:.3g}%" if v < 10 else f"{v:.3g}x"

@@ -46,7 +46,8 @@ def split_errors(rec) -> dict[str, float]:
         rows = (blocks.get(kind) or {}).get("rows") or []
         by: dict[str, list[float]] = {}
         for r in rows:
-            by.setdefault(r["split"], []).append(r["e2e_err"])
+            if r.get("e2e_err") is not None:  # a stage that mostly failed has no latency error
+                by.setdefault(r["split"], []).append(r["e2e_err"])
         out.update({k: sum(v) / len(v) for k, v in by.items()})
         for label in (blocks.get(kind) or {}).get("errors") or {}:
             out[label] = float("inf")

@@ -18,8 +18,8 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from evaluator.objectives import BY_NAME, HELDOUT, ORDER, ranked
-from evolve.views.format import (BASELINE_PREFIX, baselines_map, cache_cells, const_names, fmt_err, fmt_num,
-                                 go_cap_status, mean, objectives_of, rows_of)
+from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
+                                 failure_cells, fmt_err, fmt_num, go_cap_status, mean, objectives_of, rows_of)
 from evolve.views.plots import pareto_figure, progress_figure, stage_errors_figure, ttft_itl_figure
 from evolve.views.components_view import components_figure
 from evolve.views.holdout_table import holdout_summary, split_errors
@@ -107,15 +107,18 @@ def _program_html(rec: dict, baselines: dict[str, Any]) -> str:
     rows = ev.get("rows") or []
     if rows:
         hdr = "".join(f"<th>{c}</th>" for c in ("stage", "rate", "E2E err", "TTFT err", "ITL err", "hit rate",
-                                                 "always-hit", "evictions", "preemptions"))
+                                                 "always-hit", "evictions", "preemptions", *FAILURE_COLUMNS))
         body = "".join(
             f'<tr><td class="l">{html.escape(str(r.get("experiment")))}</td><td>{fmt_num(r.get("stage"))}</td>'
             f'<td>{fmt_num(r.get("rate"))}</td>'
             + "".join(f"<td>{fmt_err(r.get(k))}</td>" for k in ("e2e_err", "ttft_err", "itl_err"))
-            + "".join(f"<td>{html.escape(c)}</td>" for c in cache_cells(r)) + "</tr>" for r in rows)
+            + "".join(f"<td>{html.escape(c)}</td>" for c in (*cache_cells(r), *failure_cells(r))) + "</tr>"
+            for r in rows)
         parts.append('<p class="muted">errors and simulated prefix cache per experiment and load stage (held-out '
                      'part; hit rate = prompt tokens served from the cache, always-hit = what an always-hitting '
-                     f'cache would serve)</p><table class="stages"><tr><th class="l">experiment</th>{hdr}</tr>'
+                     'cache would serve; failed = measured share of the requests that failed, failed sim = '
+                     'the share the simulated client timeout aborted, fail err in points)</p>'
+                     f'<table class="stages"><tr><th class="l">experiment</th>{hdr}</tr>'
                      f"{body}</table>")
     parts.append(_holdout_html(ev))
     fig = stage_errors_figure(rec, baselines)

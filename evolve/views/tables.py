@@ -16,8 +16,9 @@ from rich.table import Table
 from evaluator.components import MEASURED_NAMES
 from evaluator.objectives import BY_NAME, HELDOUT, finite_or_none, ranked
 from evolve.pareto import pareto_front
-from evolve.views.format import (BASELINE_PREFIX, cache_cells, complexity_of, const_names, fmt_err, fmt_ms, fmt_num,
-                                 fmt_rate, fmt_us, go_cap_status, row_key, rows_of)
+from evaluator.objectives import FAILURE
+from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, cache_cells, complexity_of, const_names, failure_cells,
+                                 fmt_err, fmt_ms, fmt_num, fmt_pts, fmt_rate, fmt_us, go_cap_status, row_key, rows_of)
 
 ERROR_KEYS = (*HELDOUT, "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape")  # held-out first
 CACHE_COLUMNS = ("hit rate", "always-hit", "evictions", "preemptions")  # headers of format.cache_cells
@@ -123,6 +124,9 @@ def show_program(archive, program_id: int, console, baseline_rows=None) -> dict 
         obj = ev.get("objectives") or {}
         line = "  ".join(f"{k} {fmt_err(obj.get(k)) if k != 'complexity' else fmt_num(obj.get(k))}"
                          for k in (*ERROR_KEYS, "complexity"))
+        if FAILURE in obj:  # data with failed requests: mean error of the failed fraction
+            x = finite_or_none(obj[FAILURE])
+            line += f"  {FAILURE} {fmt_pts(None if x is None else 100 * x)}"
         console.print(f"[bold]{ev.get('stage', '')} evaluation[/bold] " + ("" if ev.get("valid") else
                       f"[red]INVALID: {ev.get('error')}[/red] ") + line)
     rows = ev.get("rows") or []
@@ -137,6 +141,8 @@ def show_program(archive, program_id: int, console, baseline_rows=None) -> dict 
                 t.add_column(f"{m} base", justify="right", style="dim")
         for c in CACHE_COLUMNS:  # the simulated prefix cache of the same requests
             t.add_column(c, justify="right", style="dim" if c == "always-hit" else None)
+        for c in FAILURE_COLUMNS:  # measured vs simulated failures (client timeout)
+            t.add_column(c, justify="right")
         for r in rows:
             b = base.get(row_key(r), {})
             cells = [str(r.get("experiment")), str(r.get("stage")), fmt_num(r.get("rate"))]
@@ -144,7 +150,7 @@ def show_program(archive, program_id: int, console, baseline_rows=None) -> dict 
                 cells.append(fmt_err(r.get(f"{m}_err")))
                 if base:
                     cells.append(fmt_err(b.get(f"{m}_err")) if b else "—")
-            t.add_row(*cells, *cache_cells(r))
+            t.add_row(*cells, *cache_cells(r), *failure_cells(r))
         console.print(t)
     steps = ev.get("steps") or {}
     if steps:

@@ -378,11 +378,15 @@ function errorTable(rows, bname, bev, loading) {
   const bmap = new Map(((bev && bev.rows) || []).map((r) => [key(r), r]));
   const hd1 = h("tr", null, h("th", {class: "l", rowspan: 2}, "experiment"), h("th", {rowspan: 2}, "stage"),
     h("th", {rowspan: 2}, "rate"), ["E2E", "TTFT", "ITL"].map((m) => h("th", {colspan: 2, style: "text-align:center"}, m)),
-    h("th", {colspan: 4, style: "text-align:center", title: "the simulated prefix cache of the same requests"}, "prefix cache"));
+    h("th", {colspan: 4, style: "text-align:center", title: "the simulated prefix cache of the same requests"}, "prefix cache"),
+    h("th", {colspan: 3, style: "text-align:center", title: "requests that failed: measured, and aborted by the simulated client timeout"}, "failures"));
   const hd2 = h("tr", null, ["E2E", "TTFT", "ITL"].map(() => [h("th", null, "this"), h("th", null, "base")]),
     h("th", {title: "prompt tokens served from the cache"}, "hit rate"),
     h("th", {title: "what an always-hitting cache would serve"}, "always-hit"),
-    h("th", {title: "cached blocks evicted"}, "evictions"), h("th", {title: "times these requests were preempted"}, "preemptions"));
+    h("th", {title: "cached blocks evicted"}, "evictions"), h("th", {title: "times these requests were preempted"}, "preemptions"),
+    h("th", {title: "measured share of the requests that failed"}, "measured"),
+    h("th", {title: "share the simulated client timeout aborted"}, "simulated"),
+    h("th", {title: "|simulated - measured| in percentage points"}, "error"));
   const body = rows.map((r) => {
     const b = bmap.get(key(r));
     const cells = [];
@@ -396,8 +400,11 @@ function errorTable(rows, bname, bev, loading) {
     // prefix-cache columns: "—" for rows stored before the judge recorded them
     const cache = [h("td", {class: "hit"}, rate(r.hit_rate)), h("td", {class: "b"}, rate(r.always_hit_rate)),
       h("td", null, num(r.evictions)), h("td", null, num(r.preemptions))];
+    // failure columns ("—" for rows stored before the judge recorded them)
+    const fail = [h("td", null, rate(r.meas_fail)), h("td", null, rate(r.pred_fail)),
+      h("td", null, fin(r.fail_err_pts) ? r.fail_err_pts.toFixed(1) + " pts" : "—")];
     return h("tr", null, h("td", {class: "l", title: String(r.experiment)}, label), h("td", null, num(r.stage)),
-      h("td", null, num(r.rate, 3)), cells, cache);
+      h("td", null, num(r.rate, 3)), cells, cache, fail);
   });
   const note = bname ? `“base” is the baseline ${bname} (lowest mean E2E error of the baselines); green: this program is better, red: worse.`
     : (loading ? "“base”: the best baseline, being computed (once per run, ~10–20 s)…" : "no valid baseline to compare with");
