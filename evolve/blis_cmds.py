@@ -73,8 +73,11 @@ def cmd_emit_go(args) -> int:
             patch = blis_patch(out.code, args.blis_dir)
             Path(args.blis_patch).write_text(patch)
             against = args.blis_dir or "BLIS main f90a1e3a"
-            print(f"wrote {args.blis_patch}: {GO_FILE} and the backend wiring, against {against} "
-                  f"(apply with: git apply {args.blis_patch})")
+            if not patch.strip():
+                print(f"wrote {args.blis_patch}: empty, {against} already has this model and its wiring")
+            else:
+                print(f"wrote {args.blis_patch}: {GO_FILE} and the backend wiring, against {against} "
+                      f"(apply with: git apply {args.blis_patch})")
         elif args.blis_dir:
             written = apply_in_place(out.code, args.blis_dir)
             print(f"updated {args.blis_dir}: " + (", ".join(written) if written else "already up to date"))

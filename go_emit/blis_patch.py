@@ -290,7 +290,7 @@ def blis_patch(go_source: str, blis_dir: str | Path | None = None, *, backend: s
         out += _new_file_patch(go_file, go_source)
     for path, parts in plan.items():
         out += _file_patch(path, parts, 3 if blis_dir is not None else None)
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n" if out else ""
 
 
 def apply_in_place(go_source: str, blis_dir: str | Path, *, backend: str = "evolved",
