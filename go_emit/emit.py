@@ -207,7 +207,7 @@ def emit_go(program: Program,
         raise GoEmitError(str(e)) from e
 
     consts_type = _lower_first(type_name) + "Constants"
-    fields = [("model", "string"), ("arch", f"[{len(MODEL_FIELDS)}]float64")]
+    fields = [("model", "string"), ("fitted", "bool"), ("arch", f"[{len(MODEL_FIELDS)}]float64")]
     if values.tables:
         fields.append(("tables", "[]float64"))
     if program.const_names:
