@@ -20,6 +20,7 @@ from evaluator.objectives import Caps, finite_or_none, ranked
 from evaluator.components import MEASURED_NAMES
 from evaluator.program import ProgramError, parse_program
 from evaluator.holdout import KINDS, holdout_scores
+from evolve import blis_cmds
 from evolve.archive import Archive, ArchiveError
 from evolve.baselines_store import stored_baselines
 from evolve.config import RunConfig, config_from_args
@@ -30,7 +31,6 @@ from evolve.views.format import BASELINE_PREFIX, clean_json, fmt_rate
 from evolve.views.holdout_table import holdout_summary, holdout_table, split_errors, split_table
 from evolve.views.components_view import components_data, components_table, kernel_notes
 from evolve.views.tables import render_breakdown
-from go_emit import GoEmitError, emit_record
 
 
 def _pct(x) -> str:
@@ -256,23 +256,6 @@ def cmd_pilot(args) -> int:
     return 0
 
 
-def cmd_emit_go(args) -> int:
-    archive = _read_archive(args.archive)
-    rec = _program_or_exit(archive, args)
-    run = archive.get_run(rec["run_id"]) or {}
-    try:
-        gt = load((run.get("config") or {}).get("data"))
-        out = emit_record(rec, gt, package=args.package, interface=args.interface,
-                          caps=Caps(args.max_ops, args.max_cond, args.max_consts), simplify=not args.no_simplify)
-    except (DataError, GoEmitError) as e:
-        sys.exit(f"error: {e}")
-    if out.note:
-        print(out.note)
-    Path(args.output).write_text(out.code)
-    print(f"wrote {args.output}: program {args.program_id}, models {', '.join(out.models)}")
-    return 0
-
-
 def _best_baseline(baselines):
     ok = {k: v for k, v in baselines.items() if v.valid}
     return min(ok.items(), key=lambda kv: ranked(kv[1].objectives.get("e2e_mean"))) if ok else (None, None)
@@ -439,13 +422,14 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("emit-go", help="write an archived program as a BLIS LatencyModel in Go")
     g.add_argument("program_id", type=int)
     g.add_argument("--archive", default="archive.db", metavar="PATH")
-    g.add_argument("-o", "--output", required=True, metavar="FILE.go")
+    g.add_argument("-o", "--output", metavar="FILE.go")
     g.add_argument("--package", default="latency")
     g.add_argument("--interface", choices=("blis", "legacy5"), default="blis")
     caps_opts(g)
     g.add_argument("--no-simplify", action="store_true",
                    help="emit the program as archived, dead conditionals included")
-    g.set_defaults(func=cmd_emit_go)
+    blis_cmds.add_emit_go_options(g)  # --alias, --blis-patch, --blis-dir
+    blis_cmds.register(sub, data_opts)  # export-blis-traces, blis-compare
 
     f = sub.add_parser("frontier", help="the Pareto-optimal programs, sorted by complexity")
     f.add_argument("--archive", default="archive.db", metavar="PATH")

@@ -2,7 +2,7 @@
 
     src = emit_go(program, constants_by_model, model_vectors, overheads_by_model)
 
-The file (package `package`, imports only fmt, math and the BLIS `sim` package) defines
+The file (package `package`, imports only fmt, math, strings and the BLIS `sim` package) defines
 
     type EvolvedLatencyModel struct{ ... }               // name from type_name
     func NewEvolvedLatencyModel(model string) (*EvolvedLatencyModel, error)
@@ -192,8 +192,9 @@ def emit_go(program: Program,
         measured component, and are then required.
     overheads_by_model: model -> {queueing_us, queueing_per_input_token_us,
         output_token_us, post_decode_us}.
-    aliases: optional extra names accepted by the constructor, alias -> model (BLIS
-        lower-cases --model, e.g. {"meta-llama/llama-2-7b-hf": "llama-2-7b"}).
+    aliases: optional extra names accepted by the constructor, alias -> model, e.g.
+        {"meta-llama/Llama-2-7b-hf": "llama-2-7b"}. The constructor compares names without
+        case (BLIS lower-cases --model), so every model answers to any case of its names.
     Raises GoEmitError when the program exceeds `caps` (operations, conditionals,
     constants) or any input is inconsistent or not finite.
     """
@@ -206,7 +207,7 @@ def emit_go(program: Program,
         raise GoEmitError(str(e)) from e
 
     consts_type = _lower_first(type_name) + "Constants"
-    fields = [("model", "string"), ("arch", f"[{len(MODEL_FIELDS)}]float64")]
+    fields = [("model", "string"), ("fitted", "bool"), ("arch", f"[{len(MODEL_FIELDS)}]float64")]
     if values.tables:
         fields.append(("tables", "[]float64"))
     if program.const_names:
@@ -303,14 +304,34 @@ def _model_values(program: Program, constants_by_model: Mapping[str, object], mo
             raise GoEmitError(f"model {name!r}: overheads missing {missing}")
         overheads[name] = {k: _check_finite(f"{k} of model {name!r}", oh[k]) for k in OVERHEAD_KEYS}
 
-    cases: dict[str, list[str]] = {name: [name] for name in models}
+    return _ModelValues(models, consts, vectors, overheads, _name_cases(models, aliases), tables)
+
+
+def _name_cases(models: list[str], aliases: Mapping[str, str] | None) -> dict[str, list[str]]:
+    """model -> the lower-case names its switch case accepts (the constructor lower-cases its
+    argument, so any case of a name works); an alias equal to a name it already has is dropped."""
+    cases: dict[str, list[str]] = {}
+    owner: dict[str, str] = {}
+    for name in models:
+        key = name.lower()
+        if key in owner:
+            raise GoEmitError(f"models {owner[key]!r} and {name!r} differ only in case")
+        owner[key] = name
+        cases[name] = [key]
     for alias, target in (aliases or {}).items():
+        if not isinstance(alias, str) or not alias.strip():
+            raise GoEmitError(f"alias names must be non-empty strings, got {alias!r}")
         if target not in cases:
-            raise GoEmitError(f"alias {alias!r} points at unknown model {target!r}")
-        if any(alias in names for names in cases.values()):
-            raise GoEmitError(f"alias {alias!r} duplicates a model name or another alias")
-        cases[target].append(alias)
-    return _ModelValues(models, consts, vectors, overheads, cases, tables)
+            raise GoEmitError(f"alias {alias!r} points at unknown model {target!r} "
+                              f"(known: {', '.join(models)})")
+        key = alias.strip().lower()
+        if key in owner:
+            if owner[key] != target:
+                raise GoEmitError(f"alias {alias!r} -> {target!r} clashes with {owner[key]!r}")
+            continue
+        owner[key] = target
+        cases[target].append(key)
+    return cases
 
 
 def _wrapped(items: list[str], indent: str, per_line: int = 6) -> list[str]:

@@ -2,7 +2,7 @@
 
     from go_emit import emit_record, EmittedGo, GoEmitError
     out = emit_record(record, gt, package="latency", interface="blis", caps=Caps(),
-                      simplify=True, probes=None)          # -> EmittedGo
+                      simplify=True, probes=None, aliases=None)   # -> EmittedGo
     out.code      # the Go file
     out.models    # models it has constants for, sorted
     out.removed   # dead conditionals collapsed before emission (0 with simplify=False)
@@ -12,6 +12,8 @@
 `record` is an archive record (`Archive.get_program`): id, source, evaluation{valid,
 constants, overheads, objectives}. `gt` is the run's loaded `evaluator.data.GroundTruth`.
 Constants are per model, or one global vector under "*" that every model of `gt` uses.
+The constructor accepts each model's short name and the Hugging Face id of its experiment
+config (go_emit.names), plus `aliases` (name -> model).
 With simplify=True the dead-branch simplification runs on the evaluator's probe states;
 pass `probes` (see `go_emit.simplify.probes_by_model`) to reuse them across calls,
 otherwise they are built from `gt`. Every refusal is a GoEmitError with a one-line reason; a
@@ -33,6 +35,7 @@ from evaluator.objectives import Caps
 from evaluator.program import Program, ProgramError, parse_program
 
 from .emit import GoEmitError, emit_go
+from .names import merge_aliases
 from .simplify import probes_by_model, simplify as simplify_program
 
 __all__ = ["EmittedGo", "emit_record"]
@@ -49,7 +52,8 @@ class EmittedGo:
 
 def emit_record(record: Mapping, gt: GroundTruth, *, package: str = "latency", interface: str = "blis",
                 caps: Caps = Caps(), simplify: bool = True,
-                probes: Mapping[str, np.ndarray] | None = None) -> EmittedGo:
+                probes: Mapping[str, np.ndarray] | None = None,
+                aliases: Mapping[str, str] | None = None) -> EmittedGo:
     """Go source of the archived program `record` fitted on `gt` (see the module docstring)."""
     pid = record.get("id")
     ev = record.get("evaluation") or {}
@@ -78,7 +82,8 @@ def emit_record(record: Mapping, gt: GroundTruth, *, package: str = "latency", i
     overheads = ev.get("overheads") or {}
     code = emit_go(program, by_model, {m: vectors[m] for m in by_model},
                    {m: overheads.get(m, {}) for m in by_model}, package=package, interface=interface,
-                   program_id=str(pid), scores=scores, caps=caps)  # the Go cap is refused first
+                   program_id=str(pid), scores=scores, caps=caps,  # the Go cap is refused first
+                   aliases=merge_aliases(gt, by_model, aliases))
     why = physics.check_by_model(program.compiled(), {m: np.asarray(c, np.float64) for m, c in by_model.items()},
                                  dict(probes), {m: g for m, g in physics.model_grids(gt).items() if m in by_model},
                                  physics.measured_read(program.params))

@@ -430,7 +430,7 @@ func TestStepTimeParity(t *testing.T) {{
 			models[i][name] = m
 			fmt.Fprintf(w, "O %d %d %d{extra_fmt}", i, j, m.OutputTokenProcessingTime(), {extra})
 			for _, n := range spec.InputLens {{
-				fmt.Fprintf(w, " %d", m.QueueingTime(&sim.Request{{InputTokens: make([]int, n)}}))
+				fmt.Fprintf(w, " %d", m.QueueingTime(&sim.Request{{InputTokens: make([]sim.TokenID, n)}}))
 			}}
 			fmt.Fprintln(w)
 		}}
@@ -447,7 +447,7 @@ func TestStepTimeParity(t *testing.T) {{
 			}}
 		}}
 	}}
-	inBuf, outBuf := make([]int, maxIn), make([]int, maxOut)
+	inBuf, outBuf := make([]sim.TokenID, maxIn), make([]sim.TokenID, maxOut)
 	for b, batch := range spec.Batches {{
 		reqs := make([]*sim.Request, len(batch.Requests))
 		for j, r := range batch.Requests {{

@@ -140,16 +140,18 @@ def test_emitted_file_structure():
     assert "//   def predict_step_time(t_prefill_gemm" in src   # original source in the header
     imports = src[src.index("import ("):src.index(")", src.index("import ("))]
     assert set(ln.strip() for ln in imports.splitlines()[1:] if ln.strip()) == {
-        '"fmt"', '"math"', '"github.com/inference-sim/inference-sim/sim"'}
+        '"fmt"', '"math"', '"strings"', '"github.com/inference-sim/inference-sim/sim"'}
     # per-model constants: the second model's are 1.1x
     assert "OVERHEAD: 15000.0, EFFICIENCY: 1.5" in src and "OVERHEAD: 16500.0" in src
 
 
 def test_emitted_legacy5_and_aliases():
     src = _emit(BLACKBOX_SOURCE, interface="legacy5", package="blis",
-                aliases={"meta-llama/llama-2-7b-hf": "llama-2-7b"})
+                aliases={"Meta-Llama/Llama-2-7b-hf": "llama-2-7b", "LLAMA-2-7B": "llama-2-7b"})
     assert "\npackage blis\n" in src
+    # lower-cased (the constructor lower-cases its argument); a case variant of the name is dropped
     assert 'case "llama-2-7b", "meta-llama/llama-2-7b-hf":' in src
+    assert "switch strings.ToLower(strings.TrimSpace(model)) {" in src
     assert "SchedulingProcessingTime() int64 {\n\treturn 0\n}" in src
     assert "PreemptionProcessingTime() int64 {\n\treturn 0\n}" in src
     assert "PostDecodeFixedOverhead() int64" not in src
@@ -192,6 +194,8 @@ def test_refuses_inconsistent_inputs():
         emit_go(prog, good, VECTORS, OVERHEADS, type_name="lower")
     with pytest.raises(GoEmitError, match="alias"):
         emit_go(prog, good, VECTORS, OVERHEADS, aliases={"x": "no-such-model"})
+    with pytest.raises(GoEmitError, match="clashes with 'mixtral-8x7b'"):
+        emit_go(prog, good, VECTORS, OVERHEADS, aliases={"Mixtral-8x7B": "llama-2-7b"})
     with pytest.raises(GoEmitError, match="empty"):
         emit_go(prog, {}, {}, {})
     assert issubclass(GoEmitError, ValueError)
@@ -233,11 +237,17 @@ def test_emitted_go_is_gofmt_and_vet_clean(interface):
 
 
 @needs_go
-def test_compiles_against_blis_token_id_request():
-    """BLIS declares InputTokens/OutputTokens as []TokenID (int32); only len() is used."""
-    request = stub_sources("blis")["sim/request.go"].replace("[]int", "[]TokenID") + "\n// TokenID mirrors BLIS.\ntype TokenID int32\n"
+def test_compiles_against_blis_token_id_alias():
+    """BLIS declares TokenID as an alias of sim/internal/tokenid.TokenID (int32); the stub's
+    plain int32 type and the alias both compile (only len() is used)."""
+    assert "InputTokens   []TokenID" in stub_sources("blis")["sim/request.go"]
+    request = stub_sources("blis")["sim/request.go"].replace(
+        "type TokenID int32", "type TokenID = tokenid.TokenID").replace(
+        "package sim\n", 'package sim\n\nimport "github.com/inference-sim/inference-sim/sim/internal/tokenid"\n')
+    internal = "package tokenid\n\n// TokenID mirrors BLIS.\ntype TokenID int32\n"
     files = {"every_construct.go": _emit(EVERY_CONSTRUCT)}
-    result = check_go_files(files, "blis", gofmt=False, stub_overrides={"sim/request.go": request})
+    result = check_go_files(files, "blis", gofmt=False, stub_overrides={
+        "sim/request.go": request, "sim/internal/tokenid/tokenid.go": internal})
     assert result.ok, result.summary()
 
 

@@ -1,0 +1,236 @@
+"""BLIS integration: the names the emitted constructor accepts, the patch against a stand-in
+BLIS tree (git apply, go vet, go test), the TraceV2 export and the comparison of BLIS results.
+
+The stand-in (tests/fixtures/blis_standin) has BLIS's lines where the patch edits and the sim
+stub's real field shapes; docs/blis.md has the check against a real BLIS checkout.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from evaluator.data import GroundTruth, load_default
+from evaluator.program import parse_program
+from go_emit.blis_patch import GO_FILE, BlisPatchError, apply_in_place, blis_patch
+from go_emit.emit import GoEmitError, emit_go
+from go_emit.names import merge_aliases, model_aliases, parse_alias
+from gotool import get_toolchain, stub_sources
+from seeds import seed_sources
+
+FIX = Path(__file__).parent / "fixtures"
+TOOLCHAIN = get_toolchain()
+needs_go = pytest.mark.skipif(TOOLCHAIN is None, reason="no Go toolchain found (run scripts/install_go.sh)")
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not found")
+DEFAULT = load_default()
+OVERHEADS = {"queueing_us": 900.0, "queueing_per_input_token_us": 0.4, "output_token_us": 10.0, "post_decode_us": 2.0}
+
+
+def _emitted(seed: str = "roofline", extra: dict | None = None) -> str:
+    """The seed emitted for every model of the embedded table, with the data's HF ids as aliases."""
+    prog = parse_program(seed_sources()[seed])
+    vectors = {e.model: e.model_vec(DEFAULT.hardware) for e in DEFAULT.experiments}
+    return emit_go(prog, {m: prog.initial_constants for m in vectors}, vectors, {m: OVERHEADS for m in vectors},
+                   aliases=merge_aliases(DEFAULT, vectors, extra))
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+
+
+def _standin(tmp: Path) -> Path:
+    """The stand-in BLIS tree as a fresh git repository."""
+    root = tmp / "blis"
+    shutil.copytree(FIX / "blis_standin", root)
+    (root / "go.mod").write_text("module github.com/inference-sim/inference-sim\n\ngo 1.19\n")
+    for rel, src in stub_sources("blis").items():
+        (root / rel).write_text(src)
+    assert _git(root, "init", "-q").returncode == 0
+    _git(root, "add", "-A")
+    assert _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "stand-in").returncode == 0
+    return root
+
+
+def _go(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return TOOLCHAIN.run([TOOLCHAIN.go, *args], cwd=root)
+
+
+# ----------------------------------------------------------------- names
+
+def test_hf_ids_come_from_the_data():
+    aliases = model_aliases(DEFAULT)
+    assert aliases["meta-llama/Llama-2-7b-hf"] == "llama-2-7b"
+    assert aliases["mistralai/Mixtral-8x7B-v0.1"] == "mixtral-8x7b"
+    assert set(aliases.values()) == {e.model for e in DEFAULT.experiments}
+    assert parse_alias(" my/model = llama-2-7b ") == ("my/model", "llama-2-7b")
+    for bad in ("no-equals", "=llama-2-7b", "x="):
+        with pytest.raises(GoEmitError, match="NAME=MODEL"):
+            parse_alias(bad)
+    with pytest.raises(GoEmitError, match="no fitted model 'nope'"):
+        merge_aliases(DEFAULT, ["llama-2-7b"], {"x": "nope"})
+
+
+# ----------------------------------------------------------------- the patch
+
+def test_snapshot_patch_has_every_part():
+    patch = blis_patch(_emitted())
+    for path in (GO_FILE, "sim/bundle.go", "sim/bundle_test.go", "sim/latency/latency.go", "cmd/root.go"):
+        assert f"diff --git a/{path} b/{path}" in patch
+    assert '+\texpected := []string{"evolved", "roofline", "trained-physics"}' in patch
+    assert '"trained-physics": true, "evolved": true}' in patch
+    assert "+\t\tm, err := NewEvolvedLatencyModel(hw.Model)" in patch and "+\t\treturn m, nil" in patch
+    assert "roofline, evolved (StepEvolve" in patch
+    assert '+\t\tif !cmd.Flags().Changed("total-kv-blocks") || !cmd.Flags().Changed("max-model-len") {' in patch
+    hunks, cur = [], None  # git apply wants context on both sides of every change to a file
+    for ln in patch.splitlines():
+        if ln.startswith("@@ "):
+            cur = []
+            hunks.append(cur)
+        elif ln.startswith("diff --git"):
+            cur = None
+        elif cur is not None:
+            cur.append(ln)
+    assert len(hunks) == 6
+    for body in hunks[1:]:  # the first adds the new file
+        assert body[0].startswith(" ") and body[-1].startswith(" "), body
+
+
+@needs_go
+@needs_git
+def test_patch_applies_builds_and_passes_blis_tests_on_the_standin(tmp_path):
+    """git apply --check, then the stand-in's own backend-list test (which the patch updates) and
+    the dispatch through NewLatencyModel under every name, with the measured program's kernel tables."""
+    root = _standin(tmp_path)
+    code = _emitted("measured_per_layer", {"team/llama-7b-finetune": "llama-2-7b"})
+    assert "m.tables = []float64{" in code
+    (tmp_path / "p.patch").write_text(blis_patch(code))
+    check = _git(root, "apply", "--check", str(tmp_path / "p.patch"))
+    assert check.returncode == 0, check.stderr
+    assert _git(root, "apply", str(tmp_path / "p.patch")).returncode == 0
+    shutil.copytree(FIX / "blis_standin_after", root, dirs_exist_ok=True)
+    names = ["llama-2-7b", "LLAMA-2-70B", "meta-llama/Llama-2-7b-hf", "Mistralai/MIXTRAL-8x7B-v0.1",
+             "codellama/CodeLlama-34b-Instruct-hf", "team/llama-7b-finetune"]
+    (root / "sim/latency/names_test.go").write_text(
+        f"package latency\n\nconst knownNames = {json.dumps(';'.join(names))}\n")
+    vet = _go(root, "vet", "./...")
+    assert vet.returncode == 0, vet.stdout + vet.stderr
+    test = _go(root, "test", "./sim/...")
+    assert test.returncode == 0, test.stdout + test.stderr
+    # the unpatched test would now fail: BLIS's own list gained a backend
+    assert "ok  \tgithub.com/inference-sim/inference-sim/sim\t" in test.stdout
+    # a second patch against the patched tree is empty
+    again = blis_patch(code, root)
+    assert again == ""
+
+
+@needs_git
+def test_apply_in_place_is_idempotent_and_refuses_foreign_trees(tmp_path):
+    root = _standin(tmp_path)
+    code = _emitted()
+    written = apply_in_place(code, root)
+    assert written[0] == GO_FILE and set(written[1:]) == {"sim/bundle.go", "sim/bundle_test.go",
+                                                           "sim/latency/latency.go", "cmd/root.go"}
+    assert apply_in_place(code, root) == []
+    diff = _git(root, "diff").stdout
+    assert diff.count('"evolved": true') == 1
+    # the checkout-based patch is what the in-place edit did
+    _git(root, "stash", "-u")
+    p = tmp_path / "d.patch"
+    p.write_text(blis_patch(code, root))
+    assert _git(root, "apply", "--check", str(p)).returncode == 0
+    # a tree without the anchor line: one error naming file and line, nothing written
+    (root / "sim/latency/latency.go").write_text("package latency\n")
+    before = (root / "sim/bundle.go").read_text()
+    with pytest.raises(BlisPatchError, match="sim/latency/latency.go: cannot find the line"):
+        apply_in_place(code, root)
+    assert (root / "sim/bundle.go").read_text() == before and not (root / GO_FILE).exists()
+    with pytest.raises(BlisPatchError, match="not a BLIS checkout"):
+        apply_in_place(code, tmp_path)
+
+
+# ----------------------------------------------------------------- traces
+
+def _small_gt(gt: GroundTruth, n_exps: int = 2) -> GroundTruth:
+    """The first experiments of the real data, with one request marked failed."""
+    exps = gt.experiments[:n_exps]
+    req = gt.requests[gt.requests["experiment_id"].isin([e.id for e in exps])].copy()
+    req.loc[req.index[5], "has_error"] = True
+    return GroundTruth(gt.source, exps, gt.hardware, req.reset_index(drop=True), None)
+
+
+def test_export_writes_blis_trace_files_and_replay_flags(gt, data_dir, tmp_path):
+    from evolve.blis_traces import TRACE_COLUMNS, export_blis_traces
+    small = _small_gt(gt)
+    export_blis_traces(small, tmp_path, data_dir)
+    e = small.experiments[0]
+    df = pd.read_csv(tmp_path / e.id / "trace.csv", keep_default_na=False)
+    assert tuple(df.columns) == TRACE_COLUMNS and len(TRACE_COLUMNS) == 27
+    req = small.requests[small.requests["experiment_id"] == e.id]
+    assert len(df) == len(req)  # failed requests stay (status "error")
+    assert (df["status"] == "error").sum() == 1 and df["status"].iat[5] == "error"
+    assert (df["output_tokens"] == e.output_len).all()
+    assert ((df["prefix_length"] + df["input_tokens"]).to_numpy() == req["input_tokens"].to_numpy()).all()
+    assert (df["input_tokens"] >= 0).all()
+    # one group per pool prompt, one prefix length per group (BLIS takes the group's first)
+    assert df.groupby("prefix_group")["prefix_length"].nunique().max() == 1
+    assert df["prefix_group"].nunique() == e.prompt_pool
+    assert (df["arrival_time_us"].to_numpy() == req["arrival_time_us"].to_numpy()).all()
+    head = (tmp_path / e.id / "trace.yaml").read_text()
+    assert "trace_version: 2\n" in head and "time_unit: microseconds\n" in head and "mode: real\n" in head
+    script = (tmp_path / "replay.sh").read_text()
+    for flag in ("--model meta-llama/Llama-2-7b-hf", "--hardware H100", "--tp 1", "--total-kv-blocks 7462",
+                 "--max-num-seqs 128", "--max-num-batched-tokens 2048", "--max-model-len 4096",
+                 "--block-size-in-tokens 16", "--cache-signal-delay 0", '--latency-model "$LATENCY_MODEL"',
+                 "--model-config-folder " + str((data_dir / "model_configs" / "Llama-2-7b-hf").resolve())):
+        assert flag in script
+    assert script.count('"$BLIS" replay') == 2
+    assert subprocess.run(["sh", "-n", str(tmp_path / "replay.sh")]).returncode == 0
+
+
+def _fake_results(small: GroundTruth, out: Path, name: str, scale: float, drop: int = 0) -> None:
+    """BLIS-shaped results: every ok request's measured TTFT and E2E times `scale`."""
+    for e in small.experiments:
+        req = small.requests[(small.requests["experiment_id"] == e.id) & ~small.requests["has_error"]]
+        rows = [{"request_id": int(i), "ttft_us": float(t) * 1e6 * scale, "e2e_us": float(x) * 1e6 * scale,
+                 "input_tokens": 1, "output_tokens": 1}
+                for i, t, x in zip(req["request_index"], req["ttft_s"], req["e2e_s"])][drop:]
+        (out / e.id).mkdir(parents=True, exist_ok=True)
+        (out / e.id / f"results-{name}.json").write_text(json.dumps(rows))
+
+
+def test_compare_scores_blis_results_like_the_evaluator(gt, tmp_path):
+    from evolve.blis_compare import compare_rows, read_results, summary
+    small = _small_gt(gt)
+    _fake_results(small, tmp_path, "exact", 1.0)
+    _fake_results(small, tmp_path, "slow", 1.1, drop=3)
+    rows = compare_rows(small, read_results(tmp_path))
+    assert {(r["experiment"], r["stage"]) for r in rows} == {(e.id, s.index) for e in small.experiments
+                                                            for s in e.stages}
+    s = summary(rows, ["exact", "slow"])
+    assert s["exact"]["e2e_mean"] < 1e-9 and s["exact"]["itl_worst"] < 1e-9 and s["exact"]["missing"] == 0
+    assert s["slow"]["e2e_mean"] == pytest.approx(0.1, abs=1e-9)
+    assert s["slow"]["ttft_mean"] == pytest.approx(0.1, abs=1e-9)
+    assert s["slow"]["missing"] == 0  # the first requests are in the fitted part, not reported
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    """Bad input ends in one "error: ..." line (sys.exit with the message), never a traceback."""
+    from evolve.cli import main
+    for args, msg in [
+        (("blis-compare", str(tmp_path / "none"), "--data", str(tmp_path)), "no such directory"),
+        (("blis-compare", str(tmp_path)), "no <experiment>/results-"),
+        (("export-blis-traces", "--data", str(tmp_path / "none"), "-o", str(tmp_path / "o")), "no such directory"),
+        (("emit-go", "1", "--archive", str(tmp_path / "none.db"), "-o", "x.go"), "no such archive"),
+        (("emit-go", "1", "--archive", str(tmp_path / "none.db")), "give -o FILE.go, --blis-patch"),
+        (("emit-go", "1", "--archive", str(tmp_path / "none.db"), "--blis-dir", str(tmp_path), "--interface",
+          "legacy5"), "need --package latency --interface blis"),
+    ]:
+        with pytest.raises(SystemExit) as ex:
+            main(list(args))
+        text = str(ex.value.code)
+        assert text.startswith("error: ") and "\n" not in text and msg in text, text
