@@ -306,7 +306,11 @@ class LLMMutator:
                     })
                 except Exception:  # noqa: S110 - caching is best effort
                     pass
-        self._extract(res, parents, caps)
+        try:
+            self._extract(res, parents, caps)
+        except Exception as e:  # noqa: BLE001 - one hostile reply must never end the run
+            res.program = None
+            res.error = f"invalid program: reply could not be validated ({_short(e)})"
         return res
 
     def _call(self, messages, seed, res: LLMResult) -> bool:
