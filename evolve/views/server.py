@@ -39,7 +39,6 @@ import contextlib
 import json
 import re
 import socket
-import sqlite3
 import sys
 import threading
 import traceback
@@ -52,6 +51,7 @@ from urllib.parse import parse_qs, urlsplit
 from evaluator.data import load
 from evaluator.objectives import Caps, finite_or_none, objective_vector
 from evolve.archive import Archive
+from evolve.archive_check import ArchiveError, check_archive_file
 from evolve.baselines_store import stored_baselines
 from evolve.pareto import pareto_front
 from evolve.views.holdout_table import holdout_summary, split_errors
@@ -97,18 +97,11 @@ def _open(path: Path):
 
 
 def _check_archive(path: Path) -> None:
-    if not path.is_file():
-        raise FileNotFoundError(f"no archive at {path}")
+    """A missing, damaged or foreign archive is refused before the server starts."""
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
-        try:
-            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as e:
-        raise ValueError(f"{path} is not a StepEvolve archive ({e})") from None
-    if not {"runs", "programs", "evaluations"} <= names:
-        raise ValueError(f"{path} is not a StepEvolve archive (no runs/programs/evaluations tables)")
+        check_archive_file(path, must_exist=True)
+    except ArchiveError as e:
+        raise ValueError(str(e)) from None
 
 
 # ---------------------------------------------------------------- the application
@@ -222,7 +215,7 @@ class _App:
             lock = self._baseline_locks.setdefault(key, threading.Lock())
         with lock:
             if key not in self._baselines:
-                archive = Archive(self.path)  # the one place that may write (stores the baselines once)
+                archive = Archive(self.path, readonly=True)  # a viewer: computed here, never stored
                 try:
                     evs = stored_baselines(archive, run)
                 except Exception as e:  # noqa: BLE001 - e.g. the run's data directory is gone
