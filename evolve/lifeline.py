@@ -1,0 +1,46 @@
+"""Worker processes die with their driver, whatever killed it (kill -9 included).
+
+`daemon=True` only helps when the driver exits through Python; after a kill -9 its workers
+lived on, evaluating for nobody. Call `die_with_parent()` first thing in any worker process
+(the local WorkerPool's, a Ray actor's): on Linux the kernel sends SIGKILL when the parent
+thread dies (prctl PR_SET_PDEATHSIG); everywhere a daemon thread also polls the parent pid
+and exits the process once the worker has been re-parented.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1
+POLL_S = 0.5
+
+
+def _prctl_deathsig() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch(parent: int) -> None:
+    while True:
+        time.sleep(POLL_S)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Make this process exit when `parent` (default: the current parent) goes away."""
+    parent = os.getppid() if parent is None else parent
+    _prctl_deathsig()
+    if os.getppid() != parent:  # the parent died before we got here
+        os._exit(1)
+    threading.Thread(target=_watch, args=(parent,), daemon=True, name="lifeline").start()
