@@ -52,6 +52,7 @@ from evaluator.data import load
 from evaluator.objectives import Caps, finite_or_none, objective_vector
 from evolve.archive import Archive
 from evolve.archive_check import ArchiveError, check_archive_file
+from evolve.spend import Spend
 from evolve.baselines_store import stored_baselines
 from evolve.pareto import pareto_front
 from evolve.views.holdout_table import holdout_summary, split_errors
@@ -122,6 +123,11 @@ class _App:
     def runs(self) -> dict:
         with _open(self.path) as a:
             runs = a.runs()
+            out = self._run_rows(a, runs)
+        return {"archive": str(self.path), "runs": out, "default": out[-1]["id"] if out else None}
+
+    @staticmethod
+    def _run_rows(a: Archive, runs: list[dict]) -> list[dict]:
         out = []
         for r in runs:
             if r["id"].startswith(BASELINE_PREFIX):
@@ -129,8 +135,10 @@ class _App:
             cfg = r.get("config") or {}
             out.append({"id": r["id"], "status": r["status"], "seed": r["seed"], "n_evaluated": r["n_evaluated"],
                         "budget": r["budget"], "created_at": r["created_at"], "finished_at": r["finished_at"],
-                        "data": cfg.get("data"), "llm": cfg.get("llm"), "data_fingerprint": r["data_fingerprint"]})
-        return {"archive": str(self.path), "runs": out, "default": out[-1]["id"] if out else None}
+                        "data": cfg.get("data"), "llm": cfg.get("llm"), "data_fingerprint": r["data_fingerprint"],
+                        "llm_spend": Spend.of_run(a, r["id"], cfg.get("max_llm_cost"),
+                                                  cfg.get("max_llm_tokens")).summary() if cfg.get("llm") else None})
+        return out
 
     @staticmethod
     def _run_or_404(a: Archive, run: str | None) -> str | None:
