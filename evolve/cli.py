@@ -410,7 +410,8 @@ def _int_at_least(lo: int, hi: int = 2**63 - 1):
         except ValueError:
             raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
         if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {v}")
+            rng = f">= {lo}" if hi == 2**63 - 1 else f"in [{lo}, {hi}]"
+            raise argparse.ArgumentTypeError(f"must be {rng}, got {v}")
         return v
     parse.__name__ = f"integer >= {lo}"
     return parse
