@@ -76,11 +76,10 @@ def main() -> None:
         shutil.copytree(tiny[h.gt_needs_trace(case)], root)
         h.damage_gt(case, root)
         tally("impossible ground truth", _timed(h.run_gt, root))
-    for _ in range(args.n):
+    for i in range(args.n):
         case = h.archive_case(pick)
-        path = tmp / "a.db"
-        if path.is_dir():
-            path.rmdir()
+        (tmp / f"a{i}").mkdir()  # a fresh directory: no WAL file of an earlier case beside it
+        path = tmp / f"a{i}" / "a.db"
         shutil.copyfile(src, path)
         h.damage_archive(case, path)
         tally("damaged archive", _timed(h.run_archive, case, path, want, tmp))

@@ -69,6 +69,8 @@ def one(k: int, args, rng: random.Random) -> dict:
         if _alive(c):
             os.kill(c, signal.SIGKILL)
     run_id, before, n_before = _stored(db)
+    if args.no_resume:
+        return {"k": k, "at": round(at, 1), "stored": len(before), "orphans": orphans, "lost": 0, "resumed": "-"}
     if run_id is None:  # killed before the run was stored: nothing to resume, nothing lost
         return {"k": k, "at": at, "stored": 0, "orphans": orphans, "lost": 0, "resumed": "not started"}
     r = subprocess.run(base[:4] + ["--resume", run_id, "--budget", str(args.budget), "--workers", "1",
@@ -89,6 +91,7 @@ def main() -> None:
     ap.add_argument("--max-kill-s", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="/tmp/kill_resume")
+    ap.add_argument("--no-resume", action="store_true", help="kills only: the orphan-worker figure")
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)

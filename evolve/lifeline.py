@@ -1,7 +1,8 @@
 """Worker processes die with their driver, whatever killed it (kill -9 included).
 
 `daemon=True` only helps when the driver exits through Python; after a kill -9 its workers
-lived on, evaluating for nobody. Call `die_with_parent()` first thing in any worker process
+lived on, evaluating for nobody. A worker killed mid-import is caught when it gets here: the
+driver's pid comes from multiprocessing, not from getppid. Call `die_with_parent()` first thing in any worker process
 (the local WorkerPool's, a Ray actor's): on Linux the kernel sends SIGKILL when the parent
 thread dies (prctl PR_SET_PDEATHSIG); everywhere a daemon thread also polls the parent pid
 and exits the process once the worker has been re-parented.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import multiprocessing
 import os
 import signal
 import sys
@@ -37,9 +39,16 @@ def _watch(parent: int) -> None:
             os._exit(1)
 
 
+def _spawning_parent() -> int:
+    """The pid of the process that started this one: multiprocessing knows it even when the
+    driver died while this worker was still importing (its ppid is then already 1)."""
+    p = multiprocessing.parent_process()
+    return p.pid if p is not None and p.pid else os.getppid()
+
+
 def die_with_parent(parent: int | None = None) -> None:
-    """Make this process exit when `parent` (default: the current parent) goes away."""
-    parent = os.getppid() if parent is None else parent
+    """Make this process exit when `parent` (default: the process that started it) goes away."""
+    parent = _spawning_parent() if parent is None else parent
     _prctl_deathsig()
     if os.getppid() != parent:  # the parent died before we got here
         os._exit(1)

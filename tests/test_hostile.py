@@ -14,6 +14,8 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -94,9 +96,7 @@ def archive_src(tmp_path_factory):
 def test_damaged_archive_is_reported_and_never_changed(data, archive_src, tmp_path):
     src, want = archive_src
     case = hostile.archive_case(_pick(data))
-    path = tmp_path / "a.db"
-    if path.is_dir():
-        path.rmdir()
+    path = Path(tempfile.mkdtemp(dir=tmp_path)) / "a.db"  # no WAL file of an earlier example beside it
     shutil.copyfile(src, path)
     hostile.damage_archive(case, path)
     assert hostile.run_archive(case, path, want, tmp_path) in ("clean", "ok"), case
