@@ -46,9 +46,28 @@ def _spawning_parent() -> int:
     return p.pid if p is not None and p.pid else os.getppid()
 
 
+_ARMED: set[int] = set()
+
+
+def guard_spawned_child() -> None:
+    """`die_with_parent()` in a multiprocessing child, a no-op in the driver. Called when the
+    `evolve` package is imported, i.e. within a fraction of a second of a spawned worker's
+    start instead of after its seconds of imports (a driver killed in between left orphans)."""
+    if multiprocessing.parent_process() is not None:
+        die_with_parent()
+    elif getattr(multiprocessing.current_process(), "_inheriting", False):  # spawn is still preparing
+        if os.getppid() == 1:  # the driver died before we got here
+            os._exit(1)
+        die_with_parent(os.getppid())
+
+
 def die_with_parent(parent: int | None = None) -> None:
-    """Make this process exit when `parent` (default: the process that started it) goes away."""
+    """Make this process exit when `parent` (default: the process that started it) goes away.
+    Linux ties PR_SET_PDEATHSIG to the parent *thread*: start workers from a long-lived thread."""
     parent = _spawning_parent() if parent is None else parent
+    if parent in _ARMED:
+        return
+    _ARMED.add(parent)
     _prctl_deathsig()
     if os.getppid() != parent:  # the parent died before we got here
         os._exit(1)
