@@ -174,13 +174,16 @@ class Search:
             self.state.add(Member(pid, prog, obj, rec["generation"]))
         done = self.archive.get_run(run_id)["n_evaluated"]
         self.archive.set_run_status(run_id, "running")
+        seeds = [parse_program(s) for _, s in sorted(seed_sources().items())]
+        missing = [p for p in seeds if p.hash not in self.seen]
         stored = self.archive.programs(run_id, include_rejected=True)
-        if not any(p["generation"] > 0 for p in stored):  # killed while the seeds were evaluated
+        if missing and not any(p["generation"] > 0 for p in stored):  # killed while the seeds were evaluated
             self.generation = 0
-            self.rng.seed(self.cfg.seed)  # nothing stored: exactly the run `start` would make
-            seeds = [parse_program(s) for _, s in sorted(seed_sources().items())]
-            self._evaluate_batch([Candidate(p, (), "seed") for p in seeds if p.hash not in self.seen], screen=False)
-            return run_id
+            self._evaluate_batch([Candidate(p, (), "seed") for p in missing], screen=False)
+            if not done:  # nothing was stored: exactly the run `start` would have made
+                self.rng.seed(self.cfg.seed)
+                return run_id
+            done = self.archive.get_run(run_id)["n_evaluated"]
         self.generation = 1 + max((m.generation for m in self.state.members), default=0)
         # deterministic continuation: reseed from (seed, evaluations so far)
         self.rng.seed(self.cfg.seed * 1_000_003 + done)
