@@ -16,7 +16,6 @@ import contextlib
 import io
 import json
 import math
-import os
 import shutil
 import sqlite3
 from pathlib import Path
