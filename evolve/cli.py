@@ -134,7 +134,7 @@ def cmd_ingest(args) -> int:
 def cmd_evaluate(args) -> int:
     try:
         prog = parse_program(Path(args.program).read_text())
-    except (OSError, ProgramError) as e:
+    except (OSError, UnicodeDecodeError, ProgramError) as e:
         sys.exit(f"error: {args.program}: {e}")
     gt = _load_gt(args)
     ev = Evaluator(gt, train_fraction=args.train_fraction)
