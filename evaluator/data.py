@@ -22,6 +22,7 @@ from evaluator import kernels as kt
 from evaluator.components import model_vector
 from evaluator.errors import DataError
 from evaluator.failed_requests import DEFAULT_TIMEOUT_S, FAILED_FORM, error_mask, failed_form, recovered_prompts
+from evaluator.gt_contract import check_contract
 
 DEFAULT_TABLE = "default_workloads.json"
 
@@ -604,5 +605,14 @@ def load_default() -> GroundTruth:
 
 
 def load(data: str | Path | None) -> GroundTruth:
-    """`--data DIR` if given, else the embedded default."""
-    return load_default() if data is None else load_ground_truth(data)
+    """`--data DIR` if given, else the embedded default; checked against the contract
+    (evaluator.gt_contract). Any reader failure on malformed files is a DataError."""
+    try:
+        gt = load_default() if data is None else load_ground_truth(data)
+    except DataError:
+        raise
+    except (MemoryError, RecursionError, OSError, ValueError, TypeError, KeyError, AttributeError,
+            IndexError) as e:  # malformed files the readers do not name a field for
+        raise DataError(f"{data}: cannot read the ground truth ({type(e).__name__}: {e})"[:500]) from None
+    check_contract(gt)
+    return gt

@@ -303,7 +303,21 @@ def call_name(node: ast.Call) -> str | None:
 
 
 def parse_program(source: str) -> Program:
-    """Validate untrusted source and return a Program; raises ProgramError with the reason."""
+    """Validate untrusted source and return a Program; raises ProgramError with the reason.
+
+    Any other exception on hostile input (RecursionError on deep expressions, TypeError or
+    MemoryError from odd nodes) becomes a ProgramError too: one reply must never end a run."""
+    try:
+        return _parse_program(source)
+    except ProgramError:
+        raise
+    except RecursionError:
+        raise ProgramError("program nested too deeply to validate") from None
+    except Exception as e:  # noqa: BLE001 - untrusted input: every failure is a rejection
+        raise ProgramError(f"program cannot be validated ({type(e).__name__}: {e})"[:300]) from None
+
+
+def _parse_program(source: str) -> Program:
     if not isinstance(source, str) or not source.strip():
         raise ProgramError("empty program")
     if len(source) > MAX_SOURCE_CHARS:
@@ -349,7 +363,7 @@ def parse_program(source: str) -> Program:
     a = func.args
     if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults or a.kw_defaults:
         raise ProgramError(f"{FUNC_NAME} takes plain positional component names only")
-    if func.decorator_list or func.returns is not None:
+    if func.decorator_list or func.returns is not None or any(p.annotation is not None for p in a.args):
         raise ProgramError(f"{FUNC_NAME} may not have decorators or annotations")
     params = [p.arg for p in a.args]
     for p in params:

@@ -46,6 +46,7 @@ import hashlib
 import json
 import math
 import os
+import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -54,11 +55,13 @@ from typing import Any
 from sqlalchemy import (JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, create_engine, delete,
                         event, func, select, text, update)
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from evaluator.objectives import ORDER, finite_or_none, sortable_or_none
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.records import Evaluation
+from evolve.archive_check import ArchiveError, check_archive_file, describe_db_error
 from evolve.pareto import pareto_front
 
 OBJECTIVE_COLUMNS = ORDER  # one float column per objective, for SQL sorting
@@ -70,9 +73,6 @@ ADDED_COLUMNS = (("evaluations", "lowo_e2e", "FLOAT"), ("evaluations", "lomo_e2e
                  ("evaluations", "load_e2e", "FLOAT"), ("evaluations", "holdout", "JSON"),
                  ("evaluations", "identifiability", "JSON"))
 
-
-class ArchiveError(RuntimeError):
-    pass
 
 
 # ---------------------------------------------------------------- schema
@@ -194,7 +194,7 @@ def _json_dumps(o) -> str:
     return json.dumps(o, default=_json_default)
 
 
-def make_engine(path: str | os.PathLike, echo: bool = False):
+def make_engine(path: str | os.PathLike, echo: bool = False, readonly: bool = False):
     """Engine with the WAL + BEGIN IMMEDIATE recipe. Call it in the process that uses it."""
     p = Path(path).expanduser().resolve()
     engine = create_engine(f"sqlite+pysqlite:///{p}", echo=echo, json_serializer=_json_dumps,
@@ -205,7 +205,8 @@ def make_engine(path: str | os.PathLike, echo: bool = False):
         dbapi_conn.isolation_level = None  # pysqlite must not emit its own BEGIN
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA busy_timeout=30000")
-        cur.execute("PRAGMA journal_mode=WAL")
+        if not readonly:  # a viewer never changes the file, its journal mode included
+            cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
@@ -304,20 +305,24 @@ class Archive:
         it) and refuses a missing file instead of creating one."""
         self.path = Path(path).expanduser().resolve()
         self.echo = echo
+        self.readonly = readonly
         self._engine = None
         self._reader = None
         self._pid = None
-        if readonly:
-            if not self.path.is_file():
-                raise ArchiveError(f"no archive at {self.path}")
-            if self._missing_columns():  # an archive written before a column was added
-                try:
-                    self._ensure_schema()
-                except Exception as e:  # noqa: BLE001 - read-only file or directory
-                    raise ArchiveError(f"{self.path}: archive from an older version that cannot be upgraded "
-                                       f"here ({type(e).__name__}: {e})") from None
-        else:
-            self._ensure_schema()
+        check_archive_file(self.path, must_exist=readonly)  # damaged, foreign or missing: say so
+        try:
+            if readonly:
+                if self._missing_columns():  # an archive written before a column was added
+                    try:
+                        self._ensure_schema()
+                    except Exception as e:  # noqa: BLE001 - read-only file or directory
+                        raise ArchiveError(f"{self.path}: archive from an older version that cannot be upgraded "
+                                           f"here ({type(e).__name__}: {e})") from None
+            else:
+                self._ensure_schema()
+        except (SQLAlchemyError, sqlite3.Error, OSError) as e:
+            self.close()
+            raise ArchiveError(describe_db_error(self.path, e)) from None
 
     # ------------------------------------------------------------ engine / sessions
     @property
@@ -326,7 +331,7 @@ class Archive:
             if self._engine is not None:
                 self._engine.dispose(close=False)  # inherited across fork: drop, never close parent's
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._engine = make_engine(self.path, self.echo)
+            self._engine = make_engine(self.path, self.echo, readonly=self.readonly)
             self._reader = self._engine.execution_options(sqlite_begin="DEFERRED")
             self._pid = os.getpid()
         return self._engine
@@ -363,10 +368,11 @@ class Archive:
         self.close()
 
     def __getstate__(self):  # picklable: the child process builds its own engine
-        return {"path": self.path, "echo": self.echo}
+        return {"path": self.path, "echo": self.echo, "readonly": self.readonly}
 
     def __setstate__(self, state):
         self.path, self.echo = state["path"], state["echo"]
+        self.readonly = state.get("readonly", False)
         self._engine = self._reader = self._pid = None
 
     def journal_mode(self) -> str:

@@ -1,8 +1,10 @@
 """The three baselines on a run's data, fitted once and kept in the archive as a run of their own.
 
 `evolve show`, `evolve report` and the web UI compare a program with the baselines on the same
-data; refitting them (tens of seconds) on every view would make the views slow, so the first
-view stores them under the run id "baselines-<data fingerprint>" and later ones read them back.
+data; refitting them (tens of seconds) on every view would be slow, so a writer that asks
+stores them under the run id "baselines-<data fingerprint>" and later calls read them back. A
+viewer (read-only Archive: show, report, ui) never writes: it reads them if stored, else
+computes them.
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ def stored_baselines(archive: Archive, run_id: str | None) -> dict[str, Evaluati
     data = ((run or {}).get("config") or {}).get("data")
     gt = load(data)
     bid = f"{RUN_PREFIX}{gt.fingerprint()}"
+    if archive.get_run(bid) is None and getattr(archive, "readonly", False):
+        ev = Evaluator(gt)  # a viewer's archive: computed, never stored
+        return {name: evaluate_baseline(ev, name) for name in BASELINES}
     if archive.get_run(bid) is None:
         ev = Evaluator(gt)
         archive.start_run({"data": data, "kind": "baselines"}, 0, gt.fingerprint(), len(BASELINES), run_id=bid)

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import math
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy.exc import SQLAlchemyError
 
 from evaluator.baselines import BASELINES, baseline_records, run_baselines
 from evaluator.data import DataError, build_default_table, load, load_ground_truth
@@ -22,10 +26,13 @@ from evaluator.program import ProgramError, parse_program
 from evaluator.holdout import KINDS, holdout_scores
 from evolve import blis_cmds
 from evolve.archive import Archive, ArchiveError
+from evolve.archive_check import describe_db_error
 from evolve.baselines_store import stored_baselines
 from evolve.config import RunConfig, config_from_args
 from evolve.ray_pool import RayExecutorError
+from evolve.progress_log import ProgressLog
 from evolve.search import Search
+from evolve.spend import Spend
 from evolve.views import frontier_table, render_frontier, report_html, serve, show_program
 from evolve.views.format import BASELINE_PREFIX, clean_json, fmt_rate
 from evolve.views.holdout_table import holdout_summary, holdout_table, split_errors, split_table
@@ -133,7 +140,7 @@ def cmd_ingest(args) -> int:
 def cmd_evaluate(args) -> int:
     try:
         prog = parse_program(Path(args.program).read_text())
-    except (OSError, ProgramError) as e:
+    except (OSError, UnicodeDecodeError, ProgramError) as e:
         sys.exit(f"error: {args.program}: {e}")
     gt = _load_gt(args)
     ev = Evaluator(gt, train_fraction=args.train_fraction)
@@ -176,7 +183,10 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
                     front=len(fr))
 
     search = Search(cfg, archive, progress=update)
-    with prog:
+    # in a log (stderr not a terminal) one plain line at least every 30 s
+    log = ProgressLog(search, float(os.environ.get("STEPEVOLVE_PROGRESS_S", 30))) \
+        if not quiet and not sys.stderr.isatty() else contextlib.nullcontext()
+    with prog, log:
         try:
             if resume:
                 search.resume(resume)
@@ -192,6 +202,7 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
     best = min(fr, key=lambda m: m.objectives["e2e_mean"], default=None)
     out["best"] = {"id": best.id, **best.objectives} if best else None
     out["best_step_mape"] = _best_step_mape(fr)
+    out["llm_spend_text"] = search.spend.text() if cfg.llm else None
     return out
 
 
@@ -201,8 +212,15 @@ def _best_step_mape(members) -> float:
     return min((x for x in mapes if x is not None), default=math.nan)
 
 
+def _write_archive(path):
+    try:
+        return Archive(path)
+    except ArchiveError as e:
+        sys.exit(f"error: {e}")
+
+
 def cmd_run(args) -> int:
-    archive = Archive(args.archive)
+    archive = _write_archive(args.archive)
     stored = None
     if args.resume:
         run = archive.get_run(args.resume)
@@ -224,6 +242,8 @@ def cmd_run(args) -> int:
               f"({out['n_evaluated'] / max(out['seconds'], 1e-9):.2f}/s), frontier {len(out['frontier'])}, "
               f"hypervolume {out['hypervolume']:.3f}, killed {out['killed']}, "
               f"known programs redrawn {out.get('skipped_duplicates', 0)}")
+    if out.get("llm_spend_text"):
+        con.print(f"LLM spend: {out['llm_spend_text']}")
     if out["best"]:
         b = out["best"]
         con.print(f"best program {b['id']}: E2E {_pct(b['e2e_mean'])} (worst {_pct(b['e2e_worst'])}), "
@@ -233,7 +253,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_pilot(args) -> int:
-    archive = Archive(args.archive)
+    archive = _write_archive(args.archive)
     outs = []
     for k in range(args.runs):
         outs.append(_run_one(config_from_args(args, seed=args.seed + k), archive))
@@ -294,13 +314,18 @@ def cmd_frontier(args) -> int:
 
 
 def cmd_show(args) -> int:
-    archive = Archive(args.archive)
+    archive = _read_archive(args.archive)
     rec = _program_or_exit(archive, args)
     name, base = _best_baseline(stored_baselines(archive, rec["run_id"]))
     con = _console()
     if name:
         con.print(f"baseline shown alongside: {name} (lowest mean E2E error of the three)")
     show_program(archive, args.program_id, con, baseline_rows=base.rows if base else None)
+    run = archive.get_run(rec["run_id"]) or {}
+    if (run.get("config") or {}).get("llm"):
+        cfg = run["config"]
+        con.print(f"LLM spend of run {rec['run_id']}: "
+                  + Spend.of_run(archive, rec["run_id"], cfg.get("max_llm_cost"), cfg.get("max_llm_tokens")).text())
     if (rec.get("evaluation") or {}).get("holdout"):
         named = {f"#{rec['id']}": rec["evaluation"], **({name: base} if base is not None else {})}
         con.print(holdout_table(named))
@@ -337,7 +362,7 @@ def _show_kernel_notes(archive, rec: dict, con) -> None:
 
 
 def cmd_report(args) -> int:
-    archive = Archive(args.archive)
+    archive = _read_archive(args.archive)
     data = args.data if args.data is not None else _run_data(archive, args.run)
     try:
         comps = components_data(load(data))
@@ -369,6 +394,48 @@ def cmd_components(args) -> int:
     return 0
 
 
+def _int_at_least(lo: int, hi: int = 2**63 - 1):
+    """argparse type: an integer in [lo, hi] (a budget of 0 or a negative worker count is a
+    typo; hi keeps ids inside SQLite's integers)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not lo <= v <= hi:
+            rng = f">= {lo}" if hi == 2**63 - 1 else f"in [{lo}, {hi}]"
+            raise argparse.ArgumentTypeError(f"must be {rng}, got {v}")
+        return v
+    parse.__name__ = f"integer >= {lo}"
+    return parse
+
+
+def _float_range(lo: float, hi: float = math.inf, lo_open: bool = True, hi_open: bool = True):
+    """argparse type: a finite float inside (lo, hi); NaN and inf are refused (NaN once hung a run)."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        below = v <= lo if lo_open else v < lo
+        above = v >= hi if hi_open else v > hi
+        if not math.isfinite(v) or below or above:
+            rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+            raise argparse.ArgumentTypeError(f"must be a finite number in {rng}, got {text!r}")
+        return v
+    parse.__name__ = "number"
+    return parse
+
+
+POSITIVE_INT = _int_at_least(1)
+NON_NEGATIVE_INT = _int_at_least(0)
+POSITIVE = _float_range(0.0)
+FRACTION = _float_range(0.0, 1.0)
+
+
+PORT = _int_at_least(0, 65535)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evolve", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -376,26 +443,26 @@ def build_parser() -> argparse.ArgumentParser:
     def data_opts(sp):
         sp.add_argument("--data", metavar="DIR", default=None,
                         help="ground-truth directory (layout of shared/data); default: the embedded table")
-        sp.add_argument("--train-fraction", type=float, default=0.7,
+        sp.add_argument("--train-fraction", type=FRACTION, default=0.7,
                         help="time-ordered split inside each load stage (default 0.7)")
 
     def caps_opts(sp):
         d = Caps()
-        sp.add_argument("--max-ops", type=int, default=d.ops, help=f"Go cap: operations (default {d.ops})")
-        sp.add_argument("--max-cond", type=int, default=d.conditionals,
+        sp.add_argument("--max-ops", type=NON_NEGATIVE_INT, default=d.ops, help=f"Go cap: operations (default {d.ops})")
+        sp.add_argument("--max-cond", type=NON_NEGATIVE_INT, default=d.conditionals,
                         help=f"Go cap: conditionals (default {d.conditionals})")
-        sp.add_argument("--max-consts", type=int, default=d.constants,
+        sp.add_argument("--max-consts", type=NON_NEGATIVE_INT, default=d.constants,
                         help=f"Go cap: named constants (default {d.constants})")
 
     def run_opts(sp):
         data_opts(sp)
         caps_opts(sp)
-        sp.add_argument("--budget", type=int, default=2000, help="candidate evaluations (default 2000)")
-        sp.add_argument("--seed", type=int, default=0)
+        sp.add_argument("--budget", type=POSITIVE_INT, default=2000, help="candidate evaluations (default 2000)")
+        sp.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
         sp.add_argument("--archive", default="archive.db", metavar="PATH")
-        sp.add_argument("--workers", type=int, default=2, help="evaluation processes (default 2)")
-        sp.add_argument("--generation-size", type=int, default=8, help="candidates proposed per generation")
-        sp.add_argument("--timeout", type=float, default=60.0,
+        sp.add_argument("--workers", type=POSITIVE_INT, default=2, help="evaluation processes (default 2)")
+        sp.add_argument("--generation-size", type=POSITIVE_INT, default=8, help="candidates proposed per generation")
+        sp.add_argument("--timeout", type=POSITIVE, default=60.0,
                         help="wall-clock limit per candidate (s); 4x for a full evaluation with held-out splits")
         sp.add_argument("--executor", choices=("local", "ray"), default="local",
                         help="where candidates are evaluated: local processes (default) or a Ray cluster "
@@ -411,16 +478,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--llm", metavar="MODEL", help="litellm model string; default: the offline operator")
     r.add_argument("--llm-base", metavar="URL", help="API base URL (OpenAI-compatible servers, Ollama...)")
     r.add_argument("--replay", metavar="RUN", help="replay cached LLM replies only (no network)")
-    r.add_argument("--resume", metavar="RUN", help="continue a killed or finished run")
+    r.add_argument("--resume", metavar="RUN", help="continue a killed or finished run (a run that stored "
+                                                   "nothing starts again from its stored config)")
+    r.add_argument("--max-llm-cost", type=POSITIVE, metavar="USD", default=None,
+                   help="LLM spend cap in USD for the whole run (stored with it, kept on --resume); at the cap "
+                        "the run goes on with the offline operator")
+    r.add_argument("--max-llm-tokens", type=POSITIVE_INT, metavar="N", default=None,
+                   help="LLM token cap (prompt + completion) for the whole run; at the cap the run goes on "
+                        "with the offline operator")
     r.set_defaults(func=cmd_run)
 
     pl = sub.add_parser("pilot", help="K independent runs with seeds S..S+K-1 and their spread")
     run_opts(pl)
-    pl.add_argument("--runs", type=int, default=3)
+    pl.add_argument("--runs", type=POSITIVE_INT, default=3)
     pl.set_defaults(func=cmd_pilot)
 
     g = sub.add_parser("emit-go", help="write an archived program as a BLIS LatencyModel in Go")
-    g.add_argument("program_id", type=int)
+    g.add_argument("program_id", type=NON_NEGATIVE_INT)
     g.add_argument("--archive", default="archive.db", metavar="PATH")
     g.add_argument("-o", "--output", metavar="FILE.go")
     g.add_argument("--package", default="latency")
@@ -438,14 +512,14 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=cmd_frontier)
 
     sh = sub.add_parser("show", help="one program: source, constants, errors vs the best baseline, lineage")
-    sh.add_argument("program_id", type=int)
+    sh.add_argument("program_id", type=NON_NEGATIVE_INT)
     sh.add_argument("--archive", default="archive.db", metavar="PATH")
     sh.set_defaults(func=cmd_show)
 
     rp = sub.add_parser("report", help="one self-contained HTML report")
     rp.add_argument("--archive", default="archive.db", metavar="PATH")
     rp.add_argument("--run", default=None)
-    rp.add_argument("--program", type=int, default=None, help="program detailed (default: best E2E)")
+    rp.add_argument("--program", type=NON_NEGATIVE_INT, default=None, help="program detailed (default: best E2E)")
     rp.add_argument("-o", "--output", default="report.html")
     rp.add_argument("--data", metavar="DIR", default=None,
                     help="ground truth for the components section (default: the run's --data)")
@@ -461,7 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     u = sub.add_parser("ui", help="local web app over the archive (127.0.0.1)")
     u.add_argument("--archive", default="archive.db", metavar="PATH")
     u.add_argument("--host", default="127.0.0.1")
-    u.add_argument("--port", type=int, default=8765)
+    u.add_argument("--port", type=PORT, default=8765)
     u.set_defaults(func=cmd_ui)
 
     b = sub.add_parser("baselines", help="fit and score the three baselines")
@@ -495,15 +569,33 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--experiment", required=True)
     i.add_argument("--model", default="")
     i.add_argument("--workload", default="")
-    i.add_argument("--tp", type=int, default=1)
+    i.add_argument("--tp", type=POSITIVE_INT, default=1)
     i.add_argument("--out", required=True, metavar="DIR")
     i.set_defaults(func=cmd_ingest)
     return p
 
 
+def _check_combinations(p: argparse.ArgumentParser, args) -> None:
+    """Flags that only make sense together: refused by the parser, never silently ignored."""
+    if args.cmd != "run":
+        return
+    if args.resume is None:
+        for flag, val in (("--replay", args.replay), ("--llm-base", args.llm_base),
+                          ("--max-llm-cost", args.max_llm_cost), ("--max-llm-tokens", args.max_llm_tokens)):
+            if val is not None and not args.llm:
+                p.error(f"{flag} needs --llm MODEL")
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    p = build_parser()
+    args = p.parse_args(argv)
+    _check_combinations(p, args)
+    try:
+        return args.func(args)
+    except (ArchiveError, DataError) as e:
+        sys.exit(f"error: {e}")
+    except (SQLAlchemyError, sqlite3.Error) as e:  # the archive failed under us (locked, read-only, damaged)
+        sys.exit(f"error: {describe_db_error(Path(getattr(args, 'archive', '') or '.'), e)}")
 
 
 if __name__ == "__main__":

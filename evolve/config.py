@@ -2,7 +2,7 @@
 
 The archive keeps `RunConfig.to_json()` in `runs.config`; `--resume RUN` rebuilds the same
 value with `RunConfig.from_json` and takes only what may change between sessions (budget,
-workers) from the command line, so a resumed run cannot silently change its seed, data,
+workers, and the LLM spend caps when given again) from the command line, so a resumed run cannot silently change its seed, data,
 operator or Go cap.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from evaluator.objectives import Caps
 
 RESUMABLE = ("budget", "workers", "executor", "ray_address")  # what a --resume may change
+SPEND_CAPS = ("max_llm_cost", "max_llm_tokens")  # kept on --resume unless given again
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class RunConfig:
     holdout: bool = True  # score full evaluations under the held-out splits and rank on them
     executor: str = "local"  # "local" processes or "ray" (evolve.ray_pool); results do not depend on it
     ray_address: str | None = None  # a running Ray cluster; None starts a local one
+    max_llm_cost: float | None = None  # USD for the whole run (evolve.spend); None: no cap
+    max_llm_tokens: int | None = None
 
     def to_json(self) -> dict:
         """What the archive stores in runs.config (caps as {ops, conditionals, constants})."""
@@ -67,7 +70,9 @@ def config_from_args(args, stored: Mapping | None = None, seed: int | None = Non
         "caps": Caps(args.max_ops, args.max_cond, args.max_consts),
         "holdout": not getattr(args, "no_holdout", False),
         "executor": getattr(args, "executor", "local"), "ray_address": getattr(args, "ray_address", None),
+        "max_llm_cost": getattr(args, "max_llm_cost", None), "max_llm_tokens": getattr(args, "max_llm_tokens", None),
     }
     if stored is None:
         return RunConfig(**from_flags)
-    return replace(RunConfig.from_json(stored), **{k: from_flags[k] for k in RESUMABLE})
+    caps = {k: from_flags[k] for k in SPEND_CAPS if from_flags[k] is not None}
+    return replace(RunConfig.from_json(stored), **{k: from_flags[k] for k in RESUMABLE}, **caps)

@@ -263,6 +263,7 @@ class LLMMutator:
         self.max_retries = max_retries
         self.enforce_caps = enforce_caps
         self.extra_params = dict(extra_params or {})
+        self.spend = None  # an evolve.spend.Spend: its cap is checked before every network call
 
     # ------------------------------------------------------------ one call
     def propose(self, kind: str, parents: Sequence[ParentInfo], caps: Caps | None = None,
@@ -293,7 +294,14 @@ class LLMMutator:
             return res
         else:
             res.error = None
-            if not self._call(messages, seed, res):
+            capped = self.spend.exhausted() if self.spend is not None else None
+            if capped:  # checked before every network call
+                res.error = f"llm spend cap reached: {capped}"
+                return res
+            called = self._call(messages, seed, res)
+            if self.spend is not None:
+                self.spend.add(res.cost_usd, res.prompt_tokens, res.completion_tokens)
+            if not called:
                 return res
             if self.cache is not None:
                 try:
@@ -306,7 +314,11 @@ class LLMMutator:
                     })
                 except Exception:  # noqa: S110 - caching is best effort
                     pass
-        self._extract(res, parents, caps)
+        try:
+            self._extract(res, parents, caps)
+        except Exception as e:  # noqa: BLE001 - one hostile reply must never end the run
+            res.program = None
+            res.error = f"invalid program: reply could not be validated ({_short(e)})"
         return res
 
     def _call(self, messages, seed, res: LLMResult) -> bool:

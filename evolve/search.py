@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,7 @@ from evolve.mutate import OPERATOR_WEIGHTS, OfflineMutator
 from evolve.views.holdout_table import split_errors
 from evolve.pareto import cell_key, hypervolume, pareto_front, select_nsga2
 from evolve.ray_pool import RayPool
+from evolve.spend import Spend
 from evolve.workers import Executor, Job, WorkerPool
 from seeds import seed_sources
 
@@ -52,7 +54,7 @@ def _folded(program: Program) -> Program:
     (EFFICIENCY * SCALE is one number): the fit then has no direction the data cannot feel."""
     try:
         return fold_constants(program).program
-    except (ProgramError, ValueError, SyntaxError):
+    except Exception:  # noqa: BLE001 - folding is an optimisation; a hostile program keeps its form
         return program
 
 
@@ -132,8 +134,11 @@ class Search:
         self.progress = progress
         self.state = SearchState()
         self.llm = None
+        self.spend = Spend(cfg.max_llm_cost, cfg.max_llm_tokens)
+        self._cap_noted = False
         if cfg.llm:
             self.llm = LLMMutator(cfg.llm, api_base=cfg.llm_base, cache=archive, replay_only=bool(cfg.replay))
+            self.llm.spend = self.spend
         self.rng = random.Random(cfg.seed)
         # `constant` is left out: constants are fitted, so it cannot yield a new candidate
         self.offline = OfflineMutator(caps=cfg.caps, rng=self.rng,
@@ -148,6 +153,7 @@ class Search:
     def start(self) -> str:
         gt = load(self.cfg.data)
         self.run_id = self.archive.start_run(self.cfg.to_json(), self.cfg.seed, gt.fingerprint(), self.cfg.budget)
+        self._bind_spend()
         self.generation = 0
         seeds = [parse_program(s) for _, s in sorted(seed_sources().items())]
         self._evaluate_batch([Candidate(p, (), "seed") for p in seeds], screen=False)
@@ -158,6 +164,7 @@ class Search:
         if run is None:
             raise ValueError(f"no run {run_id!r} in the archive")
         self.run_id = run_id
+        self._bind_spend()
         self.seen.update(self.archive.hashes(run_id))
         for pid, obj in self.archive.evaluated(run_id):
             rec = self.archive.program(pid)
@@ -167,11 +174,36 @@ class Search:
                 continue
             self.state.add(Member(pid, prog, obj, rec["generation"]))
         done = self.archive.get_run(run_id)["n_evaluated"]
+        self.archive.set_run_status(run_id, "running")
+        seeds = [parse_program(s) for _, s in sorted(seed_sources().items())]
+        missing = [p for p in seeds if p.hash not in self.seen]
+        stored = self.archive.programs(run_id, include_rejected=True)
+        if missing and not any(p["generation"] > 0 for p in stored):  # killed while the seeds were evaluated
+            self.generation = 0
+            self._evaluate_batch([Candidate(p, (), "seed") for p in missing], screen=False)
+            if not done:  # nothing was stored: exactly the run `start` would have made
+                self.rng.seed(self.cfg.seed)
+                return run_id
+            done = self.archive.get_run(run_id)["n_evaluated"]
         self.generation = 1 + max((m.generation for m in self.state.members), default=0)
         # deterministic continuation: reseed from (seed, evaluations so far)
         self.rng.seed(self.cfg.seed * 1_000_003 + done)
-        self.archive.set_run_status(run_id, "running")
         return run_id
+
+    def _bind_spend(self) -> None:
+        """Calls are stored under this run and the spend starts from what it already holds."""
+        if self.llm is not None:
+            self.llm.cache = self.archive.llm_cache(self.run_id)
+            self.spend = self.llm.spend = Spend.of_run(self.archive, self.run_id, self.cfg.max_llm_cost,
+                                                       self.cfg.max_llm_tokens)
+
+    def _llm_capped(self) -> bool:
+        """At the spend cap the run goes on with the offline operator (said once on stderr)."""
+        why = self.spend.exhausted()
+        if why and not self._cap_noted:
+            self._cap_noted = True
+            print(f"note: LLM spend cap reached ({why}); continuing with the offline operator", file=sys.stderr)
+        return why is not None
 
     def _pool(self) -> Executor:
         """The executor of this run's evaluations (`RunConfig.executor`), started once."""
@@ -202,13 +234,14 @@ class Search:
                 self.generation += 1
                 n = min(self.cfg.generation_size, left)
                 batch = []
-                if self.llm is not None:
+                if self.llm is not None and (pending is not None or not self._llm_capped()):
                     if pending is None:
                         pending = self._llm_submit(n, self.generation)
                     batch = self._llm_collect(pending)
                     # parents for the next generation come from the state *before* this one is
                     # integrated: deterministic, and the LLM works while the workers evaluate
-                    pending = self._llm_submit(self.cfg.generation_size, self.generation + 1)
+                    pending = None if self._llm_capped() else self._llm_submit(self.cfg.generation_size,
+                                                                                self.generation + 1)
                 batch = batch[:n] + self._propose_offline(n - min(n, len(batch)))
                 empty = 0 if batch else empty + 1
                 if empty >= MAX_EMPTY_GENERATIONS:
@@ -216,7 +249,8 @@ class Search:
                 if not batch:
                     continue
                 self._evaluate_batch(batch, screen=self.cfg.cascade)
-            status = "finished"
+            # a run that evaluated nothing is not claimed as finished
+            status = "finished" if self.archive.get_run(self.run_id)["n_evaluated"] else "failed"
         except KeyboardInterrupt:
             status = "interrupted"
             raise
@@ -225,7 +259,7 @@ class Search:
             self.close()
         return {"run_id": self.run_id, "seconds": time.perf_counter() - t0,
                 "frontier": [m.id for m in self.state.frontier], "killed": pool.killed,
-                "skipped_duplicates": self.skipped}
+                "skipped_duplicates": self.skipped, "llm_spend": self.spend.summary() if self.llm else None}
 
     # -------------------------------------------------------------- proposal
     def _parent_pool(self) -> tuple[list[Member], list[Member]]:

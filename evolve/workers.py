@@ -16,6 +16,7 @@ from evaluator.data import load
 from evaluator.evaluate import Evaluator
 from evaluator.program import ProgramError, parse_program
 from evaluator.records import Evaluation
+from evolve.lifeline import die_with_parent
 
 JobKind = Literal["screen", "full"]
 HELDOUT_TIMEOUT_FACTOR = 4  # a full job with held-out splits fits and simulates ~4x as much
@@ -62,6 +63,7 @@ def run_job(ev: Evaluator, message: tuple) -> dict:
 
 
 def _worker_main(conn, data_dir, train_fraction):
+    die_with_parent()  # a killed driver takes its workers with it
     ev = Evaluator(load(data_dir), train_fraction=train_fraction)
     ev.reference_states()
     conn.send(("ready", None))

@@ -39,7 +39,6 @@ import contextlib
 import json
 import re
 import socket
-import sqlite3
 import sys
 import threading
 import traceback
@@ -52,6 +51,8 @@ from urllib.parse import parse_qs, urlsplit
 from evaluator.data import load
 from evaluator.objectives import Caps, finite_or_none, objective_vector
 from evolve.archive import Archive
+from evolve.archive_check import ArchiveError, check_archive_file
+from evolve.spend import Spend
 from evolve.baselines_store import stored_baselines
 from evolve.pareto import pareto_front
 from evolve.views.holdout_table import holdout_summary, split_errors
@@ -97,18 +98,11 @@ def _open(path: Path):
 
 
 def _check_archive(path: Path) -> None:
-    if not path.is_file():
-        raise FileNotFoundError(f"no archive at {path}")
+    """A missing, damaged or foreign archive is refused before the server starts."""
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
-        try:
-            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as e:
-        raise ValueError(f"{path} is not a StepEvolve archive ({e})") from None
-    if not {"runs", "programs", "evaluations"} <= names:
-        raise ValueError(f"{path} is not a StepEvolve archive (no runs/programs/evaluations tables)")
+        check_archive_file(path, must_exist=True)
+    except ArchiveError as e:
+        raise ValueError(str(e)) from None
 
 
 # ---------------------------------------------------------------- the application
@@ -129,6 +123,11 @@ class _App:
     def runs(self) -> dict:
         with _open(self.path) as a:
             runs = a.runs()
+            out = self._run_rows(a, runs)
+        return {"archive": str(self.path), "runs": out, "default": out[-1]["id"] if out else None}
+
+    @staticmethod
+    def _run_rows(a: Archive, runs: list[dict]) -> list[dict]:
         out = []
         for r in runs:
             if r["id"].startswith(BASELINE_PREFIX):
@@ -136,8 +135,10 @@ class _App:
             cfg = r.get("config") or {}
             out.append({"id": r["id"], "status": r["status"], "seed": r["seed"], "n_evaluated": r["n_evaluated"],
                         "budget": r["budget"], "created_at": r["created_at"], "finished_at": r["finished_at"],
-                        "data": cfg.get("data"), "llm": cfg.get("llm"), "data_fingerprint": r["data_fingerprint"]})
-        return {"archive": str(self.path), "runs": out, "default": out[-1]["id"] if out else None}
+                        "data": cfg.get("data"), "llm": cfg.get("llm"), "data_fingerprint": r["data_fingerprint"],
+                        "llm_spend": Spend.of_run(a, r["id"], cfg.get("max_llm_cost"),
+                                                  cfg.get("max_llm_tokens")).summary() if cfg.get("llm") else None})
+        return out
 
     @staticmethod
     def _run_or_404(a: Archive, run: str | None) -> str | None:
@@ -222,7 +223,7 @@ class _App:
             lock = self._baseline_locks.setdefault(key, threading.Lock())
         with lock:
             if key not in self._baselines:
-                archive = Archive(self.path)  # the one place that may write (stores the baselines once)
+                archive = Archive(self.path, readonly=True)  # a viewer: computed here, never stored
                 try:
                     evs = stored_baselines(archive, run)
                 except Exception as e:  # noqa: BLE001 - e.g. the run's data directory is gone

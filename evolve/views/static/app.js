@@ -69,7 +69,8 @@ async function init() {
   const sel = $("#run");
   sel.append(h("option", {value: ""}, "all runs"));
   for (const run of r.runs) {
-    sel.append(h("option", {value: run.id}, `${run.id} · ${run.status} · ${run.n_evaluated} evaluated`));
+    const spend = run.llm_spend ? ` · LLM $${(run.llm_spend.cost_usd || 0).toFixed(4)}, ${run.llm_spend.tokens} tokens` : "";
+    sel.append(h("option", {value: run.id}, `${run.id} · ${run.status} · ${run.n_evaluated} evaluated${spend}`));
   }
   const want = hs.run !== undefined && (hs.run === "" || r.runs.some((x) => x.id === hs.run)) ? hs.run : (r.default || "");
   sel.value = want; S.run = want;
