@@ -70,14 +70,16 @@ def compare_rows(gt: GroundTruth, results: Mapping[str, Mapping[str, Path]],
         every = gt.requests[gt.requests["experiment_id"] == e.id]
         if every.empty or e.id not in ev.wl:
             continue
+        # the replay carries every request sent, failed ones too (evaluator.workload); only the
+        # measured successes are scored
         ok = ~every["has_error"].to_numpy(bool) if "has_error" in every.columns else np.ones(len(every), bool)
         ids = (every["request_index"].to_numpy(np.int64) if "request_index" in every.columns
-               else np.arange(len(every), dtype=np.int64))[ok]
+               else np.arange(len(every), dtype=np.int64))
         wl = ev.wl[e.id]
         report = ~ev.train_mask[e.id]
         sims = {name: _load(files[e.id]) for name, files in results.items() if e.id in files}
         for s in e.stages:
-            sel = report & (wl.stage == s.index)
+            sel = report & (wl.stage == s.index) & ok
             if not sel.any():
                 continue
             me2e, mttft = wl.measured_e2e_s[sel], wl.measured_ttft_s[sel]

@@ -29,7 +29,7 @@ from evolve.archive import Archive, ArchiveError
 from evolve.archive_check import describe_db_error
 from evolve.baselines_store import stored_baselines
 from evolve.config import RunConfig, config_from_args
-from evolve.ray_pool import RayExecutorError
+from evolve.ray_pool import RayExecutorError, check_address
 from evolve.progress_log import ProgressLog
 from evolve.search import Search
 from evolve.spend import Spend
@@ -230,6 +230,11 @@ def cmd_run(args) -> int:
     cfg = config_from_args(args, stored)
     if cfg.ray_address and cfg.executor != "ray":
         sys.exit("error: --ray-address needs --executor ray")
+    if cfg.executor == "ray" and cfg.ray_address:
+        try:
+            check_address(cfg.ray_address)  # before the run is stored: a typo costs nothing
+        except RayExecutorError as e:
+            sys.exit(f"error: {e}")
     try:
         out = _run_one(cfg, archive, resume=args.resume)
     except RayExecutorError as e:

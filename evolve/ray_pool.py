@@ -86,7 +86,7 @@ class RayPool(Executor):
         self.owns = False
         if not ray.is_initialized():
             if address:
-                _check_reachable(address)
+                check_address(address)
             try:
                 if address:
                     ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
@@ -196,7 +196,7 @@ def _token_auth_if_available() -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
-def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+def check_address(address: str, timeout_s: float = 10.0) -> None:
     """Fail in seconds, with one line, where `ray.init` would wait for minutes: nothing answers
     at host:port (Ray's `auto` and `ray://` addresses are left to Ray)."""
     if address == "auto" or "://" in address:

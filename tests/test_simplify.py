@@ -8,6 +8,7 @@ from evaluator.program import collapse_conditional, parse_program
 from evaluator.step_scoring import predict_rows
 from go_emit import GoEmitError, emit_go, emit_record
 from go_emit.emit import OVERHEAD_KEYS
+from go_emit.names import merge_aliases
 from go_emit.simplify import probes_by_model, simplify
 
 DEAD = """
@@ -124,7 +125,7 @@ def test_emit_record_simplifies_with_the_global_constants(gt, probes):
     vectors = {e.model: e.model_vec(gt.hardware) for e in gt.experiments}
     consts = {m: list(prog.initial_constants) for m in gt.models}
     same = emit_go(prog, consts, vectors, rec["evaluation"]["overheads"], program_id="7",
-                   scores=rec["evaluation"]["objectives"])
+                   scores=rec["evaluation"]["objectives"], aliases=merge_aliases(gt, consts, None))
     assert raw.code == same  # nothing but emit_go around the record's values
 
 
