@@ -175,6 +175,7 @@ class FitProblem:
             self.w_floor = FLOOR_WEIGHT / np.sqrt(self.n_cons)
             self.w_mono = MONO_WEIGHT / np.sqrt(max(1, len(cons.lo)))
             self.work = _ActiveSet(cons, predict_rows(predict, cons.X, np.ascontiguousarray(x0)))
+        self._cons_cache: tuple | None = None
         self._stack()
         self._cache: tuple | None = None
 
@@ -190,14 +191,20 @@ class FitProblem:
         """Add the constraint rows and pairs `x` leaves active outside the working set."""
         if not self.n_cons:
             return False
-        pred = predict_rows(self.predict, self.cons.X, np.ascontiguousarray(x))
-        if self.work.grow(pred):
+        if self.work.grow(self._cons_pred(x)):
             self._stack()
             return True
         return False
 
+    def _cons_pred(self, x) -> np.ndarray:
+        """Predictions on every constraint row at `x`; `grow` and then `broken` ask for the same x."""
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if self._cons_cache is None or not np.array_equal(self._cons_cache[0], x):
+            self._cons_cache = (x.copy(), predict_rows(self.predict, self.cons.X, x))
+        return self._cons_cache[1]
+
     def broken(self, x) -> bool:
-        below, fall = constraint_residuals(predict_rows(self.predict, self.cons.X, np.ascontiguousarray(x)), self.cons)
+        below, fall = constraint_residuals(self._cons_pred(x), self.cons)
         return bool(below.size and below.max() > 0) or bool(fall.size and fall.max() > REL_TOL)
 
     def _pred(self, c) -> np.ndarray:
