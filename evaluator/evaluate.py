@@ -27,7 +27,7 @@ import numpy as np
 from evaluator import physics
 from evaluator.components import COMPONENT_INDEX, COMPONENTS, MEASURED_NAMES, MODEL_FIELDS
 from evaluator.data import GroundTruth, per_token_time
-from evaluator.holdout import Split, holdout_scores, make_split
+from evaluator.holdout import KINDS, Split, holdout_scores, make_split
 from evaluator.fitting import (MAX_STATES_PER_STAGE, Overheads, StageStates, fit_constants, fit_overheads,
                                states_to_components, subsample)
 from evaluator.objectives import FAILURE, selection_loss
@@ -88,6 +88,7 @@ class Evaluator:
         self.has_failures = any(m.any() for m in self.failed.values()) or \
             any(s.n_failed for e in self.all_exps for s in e.stages)
         self.holdout_objectives = holdout_objectives
+        self.identify = True  # report which constants the data pins down (not in held-out views)
         self._reference: dict[str, np.ndarray] | None = None
         self._grids: dict[str, np.ndarray] | None = None
         self._splits: dict[tuple, "Evaluator"] = {}  # held-out views of this evaluator, made once
@@ -107,6 +108,7 @@ class Evaluator:
             self.fit_exps = [e for e in self.all_exps if e.id in split.fit]
             self.report_exps = [e for e in self.all_exps if e.id in split.report]
         self._probe_cache: dict[str, np.ndarray] = {}
+        self._ref_states_cache: dict[str, list[StageStates]] = {}
         self._cons_cache: dict[str, physics.Constraints] = {}
 
     def for_split(self, split: Split, simulate_fit: bool = True) -> "Evaluator":
@@ -117,6 +119,7 @@ class Evaluator:
         if key not in self._splits:
             view = copy.copy(self)
             view.holdout_objectives = False
+            view.identify = False  # nobody reads a split's identifiability
             view._splits = {}
             view._reference = self.split_reference(lowest_stage=split.kind == "load")
             view._set_split(split)
@@ -189,6 +192,13 @@ class Evaluator:
                                    np.ascontiguousarray(st[:, 2]), ttft * 1e6))
         return out
 
+    def _reference_stage_states(self, e) -> list[StageStates]:
+        """`_stage_states` of the reference states, made once per experiment (every surrogate
+        fit and identifiability report reads them)."""
+        if e.id not in self._ref_states_cache:
+            self._ref_states_cache[e.id] = self._stage_states(e, self.reference_states()[e.id])
+        return self._ref_states_cache[e.id]
+
     def _groups(self) -> dict[str, list]:
         """Fitting groups: one per model, or one for all when fitting globally."""
         g: dict[str, list] = {}
@@ -235,6 +245,7 @@ class Evaluator:
     def adopt_states(self, shared: dict) -> None:
         """Take states made by `shared_states` on an evaluator of the same ground truth."""
         self._reference = shared["reference"]
+        self._ref_states_cache = {}
         self._split_refs.update(shared.get("split", {}))
 
     def split_reference(self, lowest_stage: bool) -> dict[str, np.ndarray]:
@@ -338,13 +349,19 @@ class Evaluator:
                  start: dict[str, list[float]] | None = None, heldout: bool | None = None) -> Evaluation:
         """Fit (surrogate, then optionally refine on the candidate's own simulation) and score.
 
-        `heldout`: also score every held-out split (default: the evaluator's
-        `holdout_objectives`); their objectives and detail land in the same Evaluation.
+        `heldout`: also score the held-out splits, every kind (True) or the kinds named (a
+        tuple of `evaluator.holdout.KINDS`); default: the evaluator's `holdout_objectives`. Their
+        objectives and detail land in the same Evaluation. The in-sample part is then not
+        refined: the held-out fits are surrogate fits on reference states, and the in-sample
+        figures they are reported next to (and whose overheads LOWO and LOMO take) are made
+        the same way.
 
         `start`: constants of an earlier surrogate fit of this program (the cascade's screen),
         used instead of repeating that fit; the result is the same whichever worker runs it.
         """
         t0 = time.perf_counter()
+        heldout = self.holdout_objectives if heldout is None else heldout
+        kinds = KINDS if heldout is True else tuple(heldout or ())
         missing = self.kernels_missing(program)
         if missing:
             return self._invalid(missing, t0)
@@ -358,13 +375,12 @@ class Evaluator:
         elif start is not None and set(start) >= set(groups):
             consts = {k: np.asarray(start[k], np.float64) for k in groups}
         else:
-            ref = self.reference_states()
             consts = {}
             for key, exps in groups.items():
-                st = [s for e in exps for s in self._stage_states(e, ref[e.id])]
+                st = [s for e in exps for s in self._reference_stage_states(e)]
                 consts[key], _ = fit_constants(f, x0, st, self._rows_for(exps),
                                                self._constraints(key, exps).for_program(program.params))
-        refine = fit and refine and constants is None
+        refine = fit and refine and constants is None and not kinds
         why = self.unphysical(f, consts, program.params)
         if why is not None:
             return self._invalid(why, t0, consts)
@@ -390,10 +406,12 @@ class Evaluator:
             if bad2 is None and self._train_loss(f, new, results2) <= self._train_loss(f, consts, results):
                 consts, results = new, results2
         ev = self._score(f, consts, results, overheads)
-        if ev.valid and fit and constants is None:
+        if ev.valid and fit and constants is None and self.identify:
             ev = replace(ev, identifiability=self._identifiability(program, consts, results if refine else None))
-        if (self.holdout_objectives if heldout is None else heldout) and ev.valid:
-            ev = holdout_scores(self, program, ev, fit=fit and constants is None, overheads=overheads)
+        if kinds and ev.valid:
+            lowo = self.workload_overheads(results) if overheads is None and "workload" in kinds else None
+            ev = holdout_scores(self, program, ev, fit=fit and constants is None, overheads=overheads,
+                                kinds=kinds, workload_overheads=lowo)
         return replace(ev, sim_steps=n_steps, seconds=time.perf_counter() - t0,
                        objectives={**ev.objectives, "complexity": float(program.complexity.total)})
 
@@ -403,15 +421,16 @@ class Evaluator:
         the real step rows with a measured cycle."""
         if not program.constants:
             return {}
-        ref = self.reference_states()
         out = {}
         for key, exps in sorted(self._groups().items()):
             if key not in consts:
                 continue
             parts = []
             for e in exps:
-                rec = results[e.id].states if results is not None and len(results[e.id].states) else ref[e.id]
-                parts += [st.X for st in self._stage_states(e, rec)]
+                if results is not None and len(results[e.id].states):
+                    parts += [st.X for st in self._stage_states(e, results[e.id].states)]
+                else:
+                    parts += [st.X for st in self._reference_stage_states(e)]
             parts += [r.X[r.train & r.has_target] for r in self._rows_for(exps)]
             X = np.vstack(parts) if parts else np.zeros((0, len(COMPONENTS)))
             X = np.ascontiguousarray(X[subsample(len(X), IDENTIFY_ROWS)])
@@ -442,6 +461,48 @@ class Evaluator:
             results[e.id] = r
         return results, None
 
+    def _fit_overheads(self, results, exps, part) -> dict[str, Overheads]:
+        """Request overheads per model, fitted on the requests `part(e)` of experiments `exps`
+        that both the measurement and the simulation saw finish; a model with none of them
+        (e.g. held out) takes the mean of the others."""
+        by_model: dict[str, list] = {}
+        for e in exps:
+            by_model.setdefault(e.model, []).append(e)
+        ovh: dict[str, Overheads] = {}
+        for model, group in by_model.items():
+            groups = []
+            for e in group:
+                r, wl = results[e.id], self.wl[e.id]
+                m = part(e)
+                served = ~self.failed[e.id] & ~r.timed_out if len(r.timed_out) else ~self.failed[e.id]
+                for s in e.stages:
+                    g = m & (wl.stage == s.index) & served  # requests both ends saw finish
+                    if not g.any():
+                        continue
+                    if wl.measured_e2e_s is not None:
+                        mt, me = wl.measured_ttft_s[g] * 1e6, wl.measured_e2e_s[g] * 1e6
+                    else:  # spec mode: the stage means
+                        mt, me = np.full(g.sum(), s.ttft_s * 1e6), np.full(g.sum(), s.e2e_s * 1e6)
+                    groups.append((r.ttft_us[g], r.e2e_us[g], mt, me))
+            ovh[model] = fit_overheads(groups)
+        if ovh:
+            mean = Overheads(**{k: float(np.mean([getattr(o, k) for o in ovh.values()]))
+                                for k in Overheads().as_dict()})
+            for e in self.exps:
+                ovh.setdefault(e.model, mean)
+        return ovh
+
+    def workload_overheads(self, results) -> dict[str, dict]:
+        """Request overheads for leave-one-workload-out, from this (in-sample) evaluation's
+        simulations: per held-out workload, each model's overheads fitted on every request of
+        its other workloads. The split then simulates only the held-out workload (a third of
+        the experiments instead of all of them)."""
+        names = sorted({e.workload for e in self.all_exps})
+        every = lambda e: np.ones(len(self.wl[e.id].stage), bool)  # noqa: E731
+        return {w: {m: o.as_dict() for m, o in self._fit_overheads(
+                    results, [e for e in self.all_exps if e.workload != w], every).items()}
+                for w in names}
+
     def _train_loss(self, f, consts, results) -> float:
         """`selection_loss` on the training part only."""
         return selection_loss(self._score(f, consts, results, None, part="train").objectives)
@@ -465,34 +526,10 @@ class Evaluator:
         scores: list[StageScore] = []
         steps: dict[str, dict] = {}
         # request-level overheads, fitted per model on the training requests
-        ovh: dict[str, Overheads] = {}
         if overheads_in is not None:
             ovh = {k: Overheads(**v) for k, v in overheads_in.items()}
         else:
-            by_model: dict[str, list] = {}
-            for e in self.fit_exps:
-                by_model.setdefault(e.model, []).append(e)
-            for model, exps in by_model.items():
-                groups = []
-                for e in exps:
-                    r, wl = results[e.id], self.wl[e.id]
-                    m = self._part(e, "train")
-                    served = ~self.failed[e.id] & ~r.timed_out if len(r.timed_out) else ~self.failed[e.id]
-                    for s in e.stages:
-                        g = m & (wl.stage == s.index) & served  # requests both ends saw finish
-                        if not g.any():
-                            continue
-                        if wl.measured_e2e_s is not None:
-                            mt, me = wl.measured_ttft_s[g] * 1e6, wl.measured_e2e_s[g] * 1e6
-                        else:  # spec mode: the stage means
-                            mt, me = np.full(g.sum(), s.ttft_s * 1e6), np.full(g.sum(), s.e2e_s * 1e6)
-                        groups.append((r.ttft_us[g], r.e2e_us[g], mt, me))
-                ovh[model] = fit_overheads(groups)
-            if ovh:
-                mean = Overheads(**{k: float(np.mean([getattr(o, k) for o in ovh.values()]))
-                                    for k in Overheads().as_dict()})
-                for e in self.exps:
-                    ovh.setdefault(e.model, mean)
+            ovh = self._fit_overheads(results, self.fit_exps, lambda e: self._part(e, "train"))
         overheads = {k: v.as_dict() for k, v in ovh.items()}
         # per experiment x stage errors on the reported part
         train = part == "train"

@@ -23,7 +23,7 @@ from evaluator.ingest import IngestError, ingest_request_lifecycle, ingest_step_
 from evaluator.objectives import Caps, finite_or_none, ranked
 from evaluator.components import MEASURED_NAMES
 from evaluator.program import ProgramError, parse_program
-from evaluator.holdout import KINDS, holdout_scores
+from evaluator.holdout import KINDS
 from evolve import blis_cmds
 from evolve.archive import Archive, ArchiveError
 from evolve.archive_check import describe_db_error
@@ -144,9 +144,8 @@ def cmd_evaluate(args) -> int:
         sys.exit(f"error: {args.program}: {e}")
     gt = _load_gt(args)
     ev = Evaluator(gt, train_fraction=args.train_fraction)
-    res = ev.evaluate(prog)
-    if args.holdout and res.valid:  # --holdout [KIND]: every kind, or the one asked for
-        res = holdout_scores(ev, prog, res, kinds=KINDS if args.holdout == "all" else (args.holdout,))
+    # --holdout [KIND]: every kind, or the one asked for
+    res = ev.evaluate(prog, heldout=() if not args.holdout else KINDS if args.holdout == "all" else (args.holdout,))
     # --breakdown: the reported experiments simulated again with the fitted constants
     parts = ev.breakdown(prog, res) if args.breakdown and res.valid else None
     if args.json:

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from evaluator.data import load
-from evaluator.objectives import (IN_SAMPLE_ORDER, INVALID, finite_or_none, in_sample_loss, invalid_objectives,
-                                  objective_vector, ranked, selection_loss)
+from evaluator.objectives import (IN_SAMPLE_ORDER, INVALID, finite_or_none, has_heldout, in_sample_loss,
+                                  invalid_objectives, objective_vector, ranked, selection_loss)
 from evaluator import physics
 from evaluator.identify import fold_constants
 from evaluator.program import Program, ProgramError, parse_program
@@ -47,6 +47,7 @@ ELITE_SHARE = 0.5  # share of parents drawn uniformly from the MAP-Elites cells
 MAX_EMPTY_GENERATIONS = 20
 PROPOSAL_TRIES = 25  # offline draws per candidate slot before a generation is left short
 ACCURACY = ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean")  # must be finite to enter the frontier
+GATE_ORDER = ("e2e_mean", "complexity")  # what a screen is compared on with a held-out frontier
 
 
 def _folded(program: Program) -> Program:
@@ -102,13 +103,17 @@ class SearchState:
     def would_enter(self, objectives: dict, program: Program) -> bool:
         """Whether a screened candidate earns the full evaluation: judged on the in-sample
         errors the screen has (the held-out ones come with the full evaluation)."""
-        v = objective_vector(objectives, IN_SAMPLE_ORDER)
         if any(ranked(objectives.get(k)) >= INVALID for k in ACCURACY):
             return False
         cur = self.cells.get(cell_key(program))
         if cur is None or in_sample_loss(objectives) < in_sample_loss(cur.objectives):
             return True
-        return not any(_dominates(objective_vector(f.objectives, IN_SAMPLE_ORDER), v) for f in self.frontier)
+        # Where the frontier is built on held-out errors, a screen can only be compared with it
+        # on mean E2E and complexity (the in-sample twins of what it ranks): comparing on every
+        # in-sample objective let ~70% of screened candidates through to a 4x dearer evaluation.
+        order = GATE_ORDER if any(has_heldout(f.objectives) for f in self.frontier) else IN_SAMPLE_ORDER
+        v = objective_vector(objectives, order)
+        return not any(_dominates(objective_vector(f.objectives, order), v) for f in self.frontier)
 
     @staticmethod
     def _valid(m: Member) -> bool:

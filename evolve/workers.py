@@ -19,13 +19,14 @@ from evaluator.records import Evaluation
 from evolve.lifeline import die_with_parent
 
 JobKind = Literal["screen", "full"]
-HELDOUT_TIMEOUT_FACTOR = 4  # a full job with held-out splits fits and simulates ~4x as much
+HELDOUT_TIMEOUT_FACTOR = 4  # a full job with held-out splits fits and simulates ~3-4x as much
 
 
 @dataclass(frozen=True)
 class Job:
     """One evaluation of candidate `index` of a batch: a `screen` (surrogate fit, one
-    simulation) or a `full` one (refined on the candidate's own simulation)."""
+    simulation) or a `full` one (refined on the candidate's own simulation, or with the
+    held-out splits scored, which are not refined)."""
     index: int
     source: str
     kind: JobKind = "full"
