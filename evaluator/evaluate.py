@@ -409,9 +409,7 @@ class Evaluator:
         if ev.valid and fit and constants is None and self.identify:
             ev = replace(ev, identifiability=self._identifiability(program, consts, results if refine else None))
         if kinds and ev.valid:
-            lowo = self.workload_overheads(results) if overheads is None and "workload" in kinds else None
-            ev = holdout_scores(self, program, ev, fit=fit and constants is None, overheads=overheads,
-                                kinds=kinds, workload_overheads=lowo)
+            ev = holdout_scores(self, program, ev, fit=fit and constants is None, overheads=overheads, kinds=kinds)
         return replace(ev, sim_steps=n_steps, seconds=time.perf_counter() - t0,
                        objectives={**ev.objectives, "complexity": float(program.complexity.total)})
 
@@ -491,17 +489,6 @@ class Evaluator:
             for e in self.exps:
                 ovh.setdefault(e.model, mean)
         return ovh
-
-    def workload_overheads(self, results) -> dict[str, dict]:
-        """Request overheads for leave-one-workload-out, from this (in-sample) evaluation's
-        simulations: per held-out workload, each model's overheads fitted on every request of
-        its other workloads. The split then simulates only the held-out workload (a third of
-        the experiments instead of all of them)."""
-        names = sorted({e.workload for e in self.all_exps})
-        every = lambda e: np.ones(len(self.wl[e.id].stage), bool)  # noqa: E731
-        return {w: {m: o.as_dict() for m, o in self._fit_overheads(
-                    results, [e for e in self.all_exps if e.workload != w], every).items()}
-                for w in names}
 
     def _train_loss(self, f, consts, results) -> float:
         """`selection_loss` on the training part only."""

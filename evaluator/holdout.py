@@ -11,17 +11,16 @@ scores every program under three kinds of split, each a list of `Split`s taken i
   load      leave the high load out: fitted on the lowest-rate stage of each experiment with
             several stages, scored on its higher-rate stages (load extrapolation).
 
-Request overheads (queueing, post-decode) are fitted on the fitted part only, and taken from
-the in-sample evaluation's simulations so that only the held-out experiments need simulating:
-for LOWO each model's overheads are fitted on every request of its other workloads; for LOMO
-the held-out model takes the mean of the other models' in-sample overheads (fitted on their
-own requests). Leave-high-load-out simulates each experiment whole anyway and fits them on the
-lowest-rate stage of the split's own simulation.
+Request overheads (queueing, post-decode) are fitted like the constants, on the fitted part
+only, on a simulation with the split's own constants. For LOMO the held-out model takes the
+mean of the other models' overheads from the in-sample evaluation: those were fitted on the
+other models' own requests with constants fitted per model, so nothing of the held-out model
+leaks in, and only the held-out model's experiments need simulating. LOWO cannot take that
+shortcut (the in-sample constants saw the held-out workload), so it simulates the fitted
+workloads too: two thirds of its simulations exist only to fit overheads.
 
 Leakage left, by design: the batch states the surrogate fit reads come from the evaluator's
-reference simulation, calibrated per model on all its stages (docs/architecture.md); and LOWO's
-overheads are fitted on a simulation with the in-sample constants, which saw the held-out
-workload's training states (the overheads themselves never see its requests).
+reference simulation, calibrated per model on all its stages (docs/architecture.md).
 """
 from __future__ import annotations
 
@@ -104,22 +103,17 @@ def _lomo_overheads(main_overheads: dict, held_out: str) -> dict | None:
     return {**others, held_out: {k: float(np.mean([o[k] for o in others.values()])) for k in keys}}
 
 
-def score_kind(evaluator, program, kind: str, main=None, fit: bool = True, overheads: dict | None = None,
-               workload_overheads: dict | None = None) -> dict:
+def score_kind(evaluator, program, kind: str, main=None, fit: bool = True, overheads: dict | None = None) -> dict:
     """Fit and score `program` under every split of one kind (no refinement: the surrogate fit
     on the split's reference states). `main`: the in-sample Evaluation, whose overheads LOMO
     reuses (without it, LOMO also simulates the fitted models to fit overheads).
     fit=False: nothing fitted (the program's own constants and the given `overheads`), e.g.
-    the uncalibrated roofline: then every split only re-scores it on its held-out part.
-    `workload_overheads`: per held-out workload, the overheads LOWO takes
-    (`Evaluator.workload_overheads`); without them LOWO also simulates the fitted workloads."""
+    the uncalibrated roofline: then every split only re-scores it on its held-out part."""
     rows, errors, constants = [], {}, {}
     for split in splits_of(evaluator.all_exps, kind):
         ovh = overheads
         if ovh is None and kind == "model" and main is not None:
             ovh = _lomo_overheads(main.overheads, split.value)
-        if ovh is None and kind == "workload" and workload_overheads is not None:
-            ovh = workload_overheads.get(split.value)
         view = evaluator.for_split(split, simulate_fit=ovh is None)
         res = view.evaluate(program, overheads=ovh, fit=fit, refine=False)
         if not res.valid:
@@ -131,12 +125,10 @@ def score_kind(evaluator, program, kind: str, main=None, fit: bool = True, overh
             "rows": rows, "errors": errors, "constants": constants}
 
 
-def holdout_scores(evaluator, program, main, fit: bool = True, overheads: dict | None = None, kinds=KINDS,
-                   workload_overheads: dict | None = None):
+def holdout_scores(evaluator, program, main, fit: bool = True, overheads: dict | None = None, kinds=KINDS):
     """`main` (an in-sample Evaluation) with the held-out `kinds` scored: objectives
     `lowo_e2e`, `lomo_e2e`, `load_e2e` added and the per-kind detail in `holdout`."""
-    blocks = {kind: score_kind(evaluator, program, kind, main, fit, overheads, workload_overheads)
-              for kind in kinds}
+    blocks = {kind: score_kind(evaluator, program, kind, main, fit, overheads) for kind in kinds}
     objectives = dict(main.objectives)
     for kind, b in blocks.items():
         objectives[f"{PREFIX[kind]}_e2e"] = b["objectives"][f"{PREFIX[kind]}_e2e"]

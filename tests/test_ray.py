@@ -3,7 +3,7 @@ with `ray start --head` plus `ray start --address` on this machine.
 
 What is checked: the same Evaluation as the local evaluator, a runaway candidate's actor process
 killed, both nodes used, actors ending with
-a killed driver, and `evolve run --executor ray --ray-address` end to end.
+a killed driver, and `evolve run --executor ray --ray-address` end to end, killed and resumed.
 """
 import json
 import os
@@ -187,19 +187,52 @@ def test_actors_end_with_a_killed_driver(two_nodes, tmp_path):
     assert not any(_alive(x) for x in pids), "actors outlived their driver"
 
 
-def test_evolve_run_on_the_cluster(two_nodes, tmp_path):
+def _run_counts(db: Path):
+    con = sqlite3.connect(db, timeout=30)
+    try:
+        run = con.execute("select id, n_evaluated, status, config from runs").fetchone()
+        n = con.execute("select count(*) from evaluations e join programs p on p.id = e.program_id "
+                        "where p.valid").fetchone()[0]
+        return run, n
+    finally:
+        con.close()
+
+
+def test_evolve_run_on_the_cluster_killed_and_resumed(two_nodes, tmp_path):
+    """`evolve run --executor ray --ray-address` end to end: the driver is SIGKILLed mid-run,
+    and `--resume` on the same cluster finishes it with every stored candidate kept."""
     address, env = two_nodes
     db = tmp_path / "cluster.db"
-    r = subprocess.run([sys.executable, "-m", "evolve.cli", "run", "--budget", "8", "--no-holdout", "--workers", "2",
-                        "--executor", "ray", "--ray-address", address, "--archive", str(db), "--generation-size", "2"],
-                       env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    cmd = [sys.executable, "-m", "evolve.cli", "run", "--no-holdout", "--workers", "2", "--executor", "ray",
+           "--ray-address", address, "--archive", str(db), "--generation-size", "2", "--seed", "3"]
+    p = subprocess.Popen([*cmd, "--budget", "10"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         cwd=ROOT, start_new_session=True)
+    deadline = time.monotonic() + 600
+    run = None
+    while time.monotonic() < deadline and p.poll() is None:
+        time.sleep(1)
+        try:
+            run, _ = _run_counts(db) if db.exists() else (None, 0)
+        except sqlite3.OperationalError:
+            continue
+        if run and run[1] >= 4:
+            break
+    assert p.poll() is None, "the run ended before it could be killed"
+    os.killpg(p.pid, signal.SIGKILL)  # the driver, mid-generation
+    p.wait(30)
+    run, n = _run_counts(db)
+    assert run[2] == "running" and run[1] == n >= 4  # nothing half-written
+    assert json.loads(run[3])["executor"] == "ray"
+    r = subprocess.run([*cmd, "--resume", run[0], "--budget", "10"], env=env, capture_output=True, text=True,
+                       timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+    run2, n2 = _run_counts(db)
+    assert run2[0] == run[0] and run2[2] == "finished" and run2[1] == n2 >= 10
     con = sqlite3.connect(db)
-    (config,) = con.execute("select config from runs").fetchone()
-    (n,) = con.execute("select count(*) from evaluations").fetchone()
+    hashes = [h for (h,) in con.execute("select canonical_hash from programs where valid")]
     con.close()
-    assert json.loads(config)["executor"] == "ray" and n >= 8
+    assert len(hashes) == len(set(hashes))  # the resumed run did not evaluate a stored candidate again
 
 
 def test_unreachable_cluster_is_one_clear_line(tmp_path):

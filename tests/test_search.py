@@ -132,3 +132,24 @@ def test_heldout_run_ranks_on_heldout_errors(tmp_path):
     want = {pid for pid, _ in pareto_front(list(vecs.items()), key=lambda it: it[1])}
     assert set(out["frontier"]) == want
     assert set(arch.frontier_ids(run)) == want
+
+
+def test_screen_gate_against_a_heldout_frontier():
+    """With a frontier ranked on held-out errors, a screened candidate earns the full evaluation
+    by its cell or by mean E2E and complexity, not by being better on some other in-sample error."""
+    from evaluator.program import parse_program
+    from evolve.search import Member, SearchState
+
+    elite = parse_program(seed_sources()["roofline"])
+    obj = {"e2e_mean": 0.02, "e2e_worst": 0.1, "ttft_mean": 0.1, "itl_mean": 0.02, "step_mape": 0.05,
+           "complexity": float(elite.complexity.total), "lowo_e2e": 0.03, "lomo_e2e": 0.05, "load_e2e": 0.04}
+    state = SearchState()
+    state.add(Member(1, elite, obj, 0))
+    same_cell_worse = {**obj, "e2e_mean": 0.03, "ttft_mean": 0.01}  # better TTFT only
+    assert not state.would_enter(same_cell_worse, elite)
+    assert state.would_enter({**obj, "e2e_mean": 0.01}, elite)  # better mean E2E
+    in_sample_frontier = SearchState()
+    in_sample_frontier.add(Member(1, elite, {k: v for k, v in obj.items() if not k.endswith("o_e2e")
+                                             and k != "load_e2e"}, 0))
+    assert in_sample_frontier.would_enter({k: v for k, v in same_cell_worse.items()
+                                           if k not in ("lowo_e2e", "lomo_e2e", "load_e2e")}, elite)
