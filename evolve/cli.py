@@ -20,7 +20,7 @@ from evaluator.baselines import BASELINES, baseline_records, run_baselines
 from evaluator.data import DataError, build_default_table, load, load_ground_truth
 from evaluator.evaluate import Evaluator
 from evaluator.ingest import IngestError, ingest_request_lifecycle, ingest_step_traces, write_ground_truth
-from evaluator.objectives import Caps, finite_or_none, ranked
+from evaluator.objectives import Caps, finite_or_none, has_heldout, selection_loss
 from evaluator.components import MEASURED_NAMES
 from evaluator.program import ProgramError, parse_program
 from evaluator.holdout import KINDS
@@ -30,7 +30,7 @@ from evolve.archive_check import describe_db_error
 from evolve.baselines_store import stored_baselines
 from evolve.config import RunConfig, config_from_args
 from evolve.ray_pool import RayExecutorError, check_address
-from evolve.progress_log import ProgressLog
+from evolve.progress_log import ProgressLog, best_error
 from evolve.search import Search
 from evolve.spend import Spend
 from evolve.views import frontier_table, render_frontier, report_html, serve, show_program
@@ -166,17 +166,18 @@ def cmd_evaluate(args) -> int:
 
 def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet: bool = False) -> dict:
     prog = Progress(TextColumn("[bold]{task.fields[run]}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("best E2E {task.fields[best]}  ITL {task.fields[itl]}  step {task.fields[step]}"
+                    TextColumn("best {task.fields[label]} {task.fields[best]}  ITL {task.fields[itl]}  step {task.fields[step]}"
                                "  frontier {task.fields[front]}"), TimeElapsedColumn(),
                     disable=quiet, transient=False)
-    task = prog.add_task("run", total=cfg.budget, run="starting", best="-", itl="-", step="-", front=0)
+    task = prog.add_task("run", total=cfg.budget, run="starting", label="E2E", best="-", itl="-", step="-", front=0)
 
     def update(search):
         run = archive.get_run(search.run_id)
         fr = search.state.frontier
-        best = min(fr, key=lambda m: m.objectives["e2e_mean"], default=None)
+        best = min(fr, key=lambda m: selection_loss(m.objectives), default=None)
         o = best.objectives if best else {}
-        prog.update(task, completed=run["n_evaluated"], run=search.run_id, best=_pct(o.get("e2e_mean")),
+        label, err = best_error(fr, cfg.holdout)
+        prog.update(task, completed=run["n_evaluated"], run=search.run_id, label=label, best=_pct(err),
                     itl=_pct(o.get("itl_mean")),
                     step=_pct(_best_step_mape(fr)),
                     front=len(fr))
@@ -198,7 +199,8 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
     out["n_evaluated"] = run["n_evaluated"]
     out["hypervolume"] = search.state.hv()
     fr = search.state.frontier
-    best = min(fr, key=lambda m: m.objectives["e2e_mean"], default=None)
+    # best: what the run ranks on (the held-out errors' mean where it scores them)
+    best = min(fr, key=lambda m: selection_loss(m.objectives), default=None)
     out["best"] = {"id": best.id, **best.objectives} if best else None
     out["best_step_mape"] = _best_step_mape(fr)
     out["llm_spend_text"] = search.spend.text() if cfg.llm else None
@@ -250,7 +252,9 @@ def cmd_run(args) -> int:
         con.print(f"LLM spend: {out['llm_spend_text']}")
     if out["best"]:
         b = out["best"]
-        con.print(f"best program {b['id']}: E2E {_pct(b['e2e_mean'])} (worst {_pct(b['e2e_worst'])}), "
+        held = (f"held-out E2E: LOWO {_pct(b['lowo_e2e'])}, LOMO {_pct(b['lomo_e2e'])}, "
+                f"high load {_pct(b['load_e2e'])}; in-sample " if has_heldout(b) else "")
+        con.print(f"best program {b['id']}: {held}E2E {_pct(b['e2e_mean'])} (worst {_pct(b['e2e_worst'])}), "
                   f"TTFT {_pct(b['ttft_mean'])}, ITL {_pct(b['itl_mean'])}, step MAPE {_pct(b['step_mape'])}, "
                   f"complexity {b['complexity']:.0f}")
     return 0
@@ -282,7 +286,7 @@ def cmd_pilot(args) -> int:
 
 def _best_baseline(baselines):
     ok = {k: v for k, v in baselines.items() if v.valid}
-    return min(ok.items(), key=lambda kv: ranked(kv[1].objectives.get("e2e_mean"))) if ok else (None, None)
+    return min(ok.items(), key=lambda kv: selection_loss(kv[1].objectives)) if ok else (None, None)
 
 
 def _program_or_exit(archive, args) -> dict:

@@ -289,3 +289,21 @@ def test_report_plots_peak_vs_measured_components(filled, gt, tmp_path):
     cyc = _trace(f70, "real step cycle nearby (median)")["y"]
     assert sum(v is not None for v in cyc) == sum(r["measured_cycle_n"] > 0 for r in grid) > 0
     assert "scaled x4" in page  # llama-2-7b's decode attention layout note
+
+
+def test_report_details_the_best_on_heldout_errors(tmp_path):
+    """Where programs carry held-out errors, the report's default program is the best on them,
+    not the best in-sample fit."""
+    a = Archive(tmp_path / "h.db")
+    run = a.start_run({}, seed=1)
+    held = {"lowo_e2e": 0.05, "lomo_e2e": 0.08, "load_e2e": 0.06}
+    overfit = make_eval(0.01)
+    overfit = Evaluation(**{**overfit.__dict__, "objectives": {**overfit.objectives, **held}})
+    transfer = make_eval(0.05)
+    transfer = Evaluation(**{**transfer.__dict__, "objectives": {**transfer.objectives, "lowo_e2e": 0.02,
+                                                                 "lomo_e2e": 0.03, "load_e2e": 0.02}})
+    a.add_candidate(run, BASE.format(k=1), operator="seed", evaluation=overfit)
+    good = a.add_candidate(run, BASE.format(k=2), operator="seed", evaluation=transfer)
+    page = open(report_html(a, tmp_path / "h.html", run=run), encoding="utf-8").read()
+    assert f"Program #{good}" in page
+    a.close()
