@@ -6,16 +6,7 @@ import subprocess
 import sys
 import time
 
-
-def _count(db):
-    con = sqlite3.connect(db, timeout=30)
-    try:
-        run = con.execute("select id, n_evaluated, status from runs").fetchone()
-        n_eval = con.execute("select count(*) from evaluations e join programs p on p.id = e.program_id "
-                             "where p.valid").fetchone()[0]
-        return run, n_eval
-    finally:
-        con.close()
+from run_counts import run_counts
 
 
 def test_sigkill_then_resume(tmp_path):
@@ -28,20 +19,20 @@ def test_sigkill_then_resume(tmp_path):
         time.sleep(2)
         if db.exists():
             try:
-                run, _ = _count(db)
+                run, _ = run_counts(db)
             except sqlite3.OperationalError:
                 continue
             if run and run[1] >= 9:
                 break
     os.killpg(p.pid, signal.SIGKILL)  # the run and its worker processes, mid-generation
     p.wait(30)
-    run, n_eval = _count(db)
+    run, n_eval = run_counts(db)
     assert run[2] == "running"  # nobody marked it finished
     assert run[1] == n_eval >= 9  # the counter and the stored evaluations agree: no half-written candidate
     r = subprocess.run([sys.executable, "-m", "evolve.cli", "run", "--resume", run[0], "--budget", "16",
                         "--workers", "1", "--archive", str(db)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    run2, n_eval2 = _count(db)
+    run2, n_eval2 = run_counts(db)
     assert run2[2] == "finished" and run2[1] == n_eval2 >= 16
     con = sqlite3.connect(db)
     hashes = [h for (h,) in con.execute("select canonical_hash from programs where valid")]

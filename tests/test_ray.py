@@ -25,6 +25,7 @@ from evaluator.program import parse_program  # noqa: E402
 from evolve.cli import main  # noqa: E402
 from evolve.ray_pool import RayExecutorError, RayPool  # noqa: E402
 from evolve.workers import Job  # noqa: E402
+from run_counts import run_counts  # noqa: E402
 from seeds import seed_sources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,17 +188,6 @@ def test_actors_end_with_a_killed_driver(two_nodes, tmp_path):
     assert not any(_alive(x) for x in pids), "actors outlived their driver"
 
 
-def _run_counts(db: Path):
-    con = sqlite3.connect(db, timeout=30)
-    try:
-        run = con.execute("select id, n_evaluated, status, config from runs").fetchone()
-        n = con.execute("select count(*) from evaluations e join programs p on p.id = e.program_id "
-                        "where p.valid").fetchone()[0]
-        return run, n
-    finally:
-        con.close()
-
-
 def test_evolve_run_on_the_cluster_killed_and_resumed(two_nodes, tmp_path):
     """`evolve run --executor ray --ray-address` end to end: the driver is SIGKILLed mid-run,
     and `--resume` on the same cluster finishes it with every stored candidate kept."""
@@ -212,7 +202,7 @@ def test_evolve_run_on_the_cluster_killed_and_resumed(two_nodes, tmp_path):
     while time.monotonic() < deadline and p.poll() is None:
         time.sleep(1)
         try:
-            run, _ = _run_counts(db) if db.exists() else (None, 0)
+            run, _ = run_counts(db) if db.exists() else (None, 0)
         except sqlite3.OperationalError:
             continue
         if run and run[1] >= 4:
@@ -220,14 +210,14 @@ def test_evolve_run_on_the_cluster_killed_and_resumed(two_nodes, tmp_path):
     assert p.poll() is None, "the run ended before it could be killed"
     os.killpg(p.pid, signal.SIGKILL)  # the driver, mid-generation
     p.wait(30)
-    run, n = _run_counts(db)
+    run, n = run_counts(db)
     assert run[2] == "running" and run[1] == n >= 4  # nothing half-written
     assert json.loads(run[3])["executor"] == "ray"
     r = subprocess.run([*cmd, "--resume", run[0], "--budget", "10"], env=env, capture_output=True, text=True,
                        timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
-    run2, n2 = _run_counts(db)
+    run2, n2 = run_counts(db)
     assert run2[0] == run[0] and run2[2] == "finished" and run2[1] == n2 >= 10
     con = sqlite3.connect(db)
     hashes = [h for (h,) in con.execute("select canonical_hash from programs where valid")]
