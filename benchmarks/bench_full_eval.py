@@ -1,21 +1,24 @@
 """Seconds for one full evaluation with every held-out objective (issue 12's first figure).
 
 Run: .venv/bin/python benchmarks/bench_full_eval.py [--data DIR] [--programs a,b,...]
-Times `Evaluator.evaluate(program, heldout=True)` (the surrogate fit, refinement on the
-candidate's own simulation, then leave-one-workload-out, leave-one-model-out and
-leave-high-load-out, each fitted and simulated) for two seeds and an evolved-shaped program with
+Times `Evaluator.evaluate(program, heldout=True)` (the surrogate fit and one simulation of every
+experiment, then leave-one-workload-out, leave-one-model-out and leave-high-load-out, each
+fitted and simulated) for two seeds and an evolved-shaped program with
 10 constants, after one warm-up call (numba compilation). Prints wall and CPU seconds, and how
 the CPU time splits between fitting and simulating. Asserts nothing.
 
-Recorded (trace mode, ../shared/data, 2026-11-23, CPU seconds; before = 27747e0 run with
-PYTHONPATH, both while the test suite ran next to them):
-                        before   after
-  measured_per_layer    10.7 s   7.8 s   (1 constant: simulation-bound)
-  linear_physics        26.3 s  10.1 s
-  ten_constants         45.8 s  11.4 s
-  after, quiet machine: 12.6 s, 13.2 s, 12.3 s (this VM's CPU seconds vary by ~1.5x run to run)
-The target (under 1 s) is not met: ~80 simulations of one experiment per full evaluation with
-the held-out splits (~0.06-0.09 s each) remain, 6.5-11 s of the profile; the fit is 0.5-5 s.
+Recorded (trace mode, ../shared/data, CPU seconds; before = 27747e0 run with PYTHONPATH while
+the test suite ran next to it):
+                        before   fit work (9bb7617)   + cheaper held-out (fb427c6)
+  measured_per_layer    10.7 s   12.6 s               5.9 s   (1 constant: simulation-bound)
+  linear_physics        26.3 s   13.2 s               7.5 s
+  ten_constants         45.8 s   12.3 s               8.4 s
+  the last two columns on a quiet machine, 2026-11-23/24 (this VM's CPU seconds vary ~1.5x).
+fb427c6: next to the held-out splits the in-sample part is not refined (12 simulations and a
+round of fits fewer), split views skip the identifiability report, reference stage states are
+cut once. The target (under 1 s) is not met: ~68 simulations of one experiment remain (~0.07 s
+each, 5.0-5.6 s of the profile; 24 of them only fit LOWO's request overheads, which cannot be
+taken from the in-sample simulation without leaking the held-out workload); the fit is 0.2-3.5 s.
 """
 from __future__ import annotations
 

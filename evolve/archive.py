@@ -58,7 +58,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from evaluator.objectives import ORDER, finite_or_none, sortable_or_none
+from evaluator.objectives import ORDER, finite_or_none, selection_loss, sortable_or_none
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.records import Evaluation
 from evolve.archive_check import ArchiveError, check_archive_file, describe_db_error
@@ -590,6 +590,26 @@ class Archive:
         with self._read() as s, s.begin():
             pid = s.scalar(q)
         return self.program(pid) if pid is not None else None
+
+    def best_transfer(self, run_id: str | None = None, skip_prefix: str | None = None) -> dict | None:
+        """The program a user should take from a run: the lowest `selection_loss` (the mean of
+        the held-out E2E errors where they were scored) among full evaluations whose every
+        constant the data pins down (`evaluator.identify`), else among all of them. A constant
+        the data cannot pin is a defect: it is held by the fit's faint prior, not by data.
+        skip_prefix: leave out runs whose id starts with it (the stored baselines)."""
+        q = (select(ProgramRow.id, ProgramRow.complexity, EvaluationRow.objectives, EvaluationRow.identifiability)
+             .join(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
+             .where(ProgramRow.valid.is_(True), EvaluationRow.valid.is_(True), EvaluationRow.stage == "full"))
+        if run_id is not None:
+            q = q.where(ProgramRow.run_id == run_id)
+        if skip_prefix:
+            q = q.where(~ProgramRow.run_id.startswith(skip_prefix, autoescape=True))
+        with self._read() as s, s.begin():
+            rows = s.execute(q).all()
+        ranked_rows = [(not all(not (g or {}).get("unpinned") for g in (ident or {}).values()),
+                        selection_loss(obj or {}), cx, pid) for pid, cx, obj, ident in rows]
+        ranked_rows = [r for r in ranked_rows if math.isfinite(r[1])]
+        return self.program(min(ranked_rows)[3]) if ranked_rows else None
 
     # ------------------------------------------------------------ records
     def program(self, program_id: int) -> dict | None:

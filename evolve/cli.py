@@ -199,9 +199,8 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
     out["n_evaluated"] = run["n_evaluated"]
     out["hypervolume"] = search.state.hv()
     fr = search.state.frontier
-    # best: what the run ranks on (the held-out errors' mean where it scores them)
-    best = min(fr, key=lambda m: selection_loss(m.objectives), default=None)
-    out["best"] = {"id": best.id, **best.objectives} if best else None
+    best = archive.best_transfer(search.run_id)  # held-out errors first, every constant pinned
+    out["best"] = {"id": best["id"], **best["objectives"]} if best else None
     out["best_step_mape"] = _best_step_mape(fr)
     out["llm_spend_text"] = search.spend.text() if cfg.llm else None
     return out

@@ -293,7 +293,7 @@ def test_report_plots_peak_vs_measured_components(filled, gt, tmp_path):
 
 def test_report_details_the_best_on_heldout_errors(tmp_path):
     """Where programs carry held-out errors, the report's default program is the best on them,
-    not the best in-sample fit."""
+    not the best in-sample fit, among programs whose every constant the data pins down."""
     a = Archive(tmp_path / "h.db")
     run = a.start_run({}, seed=1)
     held = {"lowo_e2e": 0.05, "lomo_e2e": 0.08, "load_e2e": 0.06}
@@ -302,8 +302,17 @@ def test_report_details_the_best_on_heldout_errors(tmp_path):
     transfer = make_eval(0.05)
     transfer = Evaluation(**{**transfer.__dict__, "objectives": {**transfer.objectives, "lowo_e2e": 0.02,
                                                                  "lomo_e2e": 0.03, "load_e2e": 0.02}})
+    # better still on held-out errors, but with a constant no data pins (held by the prior)
+    unpinned = Evaluation(**{**transfer.__dict__, "objectives": {**transfer.objectives, "lowo_e2e": 0.01},
+                             "identifiability": {"llama": {"rank": 1, "n_constants": 2, "unpinned": ["BETA1"]}}})
     a.add_candidate(run, BASE.format(k=1), operator="seed", evaluation=overfit)
     good = a.add_candidate(run, BASE.format(k=2), operator="seed", evaluation=transfer)
+    loose = a.add_candidate(run, BASE.format(k=3), operator="seed", evaluation=unpinned)
     page = open(report_html(a, tmp_path / "h.html", run=run), encoding="utf-8").read()
     assert f"Program #{good}" in page
+    assert a.best_transfer(run)["id"] == good
+    only_loose = a.start_run({}, seed=2)
+    loose2 = a.add_candidate(only_loose, BASE.format(k=4), operator="seed", evaluation=unpinned)
+    assert a.best_transfer(only_loose)["id"] == loose2  # no pinned program: the best of the rest
+    assert loose != loose2
     a.close()

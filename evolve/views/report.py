@@ -17,7 +17,7 @@ from typing import Any
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from evaluator.objectives import BY_NAME, HELDOUT, ORDER, selection_loss
+from evaluator.objectives import BY_NAME, HELDOUT, ORDER
 from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
                                  failure_cells, fmt_err, fmt_num, go_cap_status, mean, objectives_of, rows_of)
 from evolve.views.plots import pareto_figure, progress_figure, stage_errors_figure, ttft_itl_figure
@@ -169,7 +169,7 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     components: model -> evolve.views.components_view.components_data entry (optional section).
 
     baselines: name -> Evaluation (or archive record, or list of experiment-stage rows).
-    program_id: the program detailed at the bottom (default: the best in scope by `selection_loss`).
+    program_id: the program detailed at the bottom (default: `Archive.best_transfer` in scope).
     The stored baseline runs ("baselines-...") are shown as baselines, never as search runs."""
     baselines = baselines_map(baselines)
     searched = lambda r: not str(r.get("run_id")).startswith(BASELINE_PREFIX)  # noqa: E731
@@ -180,9 +180,7 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     if program_id is not None:
         chosen = archive.program(program_id)
     else:
-        # what the run ranks on: the held-out errors' mean where they were scored
-        best = min(valid, key=lambda r: selection_loss(r.get("objectives") or {}), default=None)
-        chosen = archive.program(best["id"]) if best else None
+        chosen = archive.best_transfer(run, skip_prefix=BASELINE_PREFIX)
     chosen_id = chosen["id"] if chosen else None
     runs = [r for r in archive.runs() if (run is None and not r["id"].startswith(BASELINE_PREFIX)) or r["id"] == run]
 
