@@ -12,6 +12,8 @@ Recorded (trace mode, ../shared/data, 2026-11-23, 2-core machine, nothing else r
                1.077/s (0.92x). Per candidate 291 B out, 6,392 B back.
   6 full evaluations with held-out splits (--heldout --jobs 6): local 0.166/s; Ray 1 worker
                0.103/s (0.62x); Ray 2 workers 0.176/s (1.06x). 362 B out, 23,446 B back.
+  the same on 2026-11-24 after the cheaper held-out evaluation (fb427c6): local 0.277/s;
+               Ray 1 worker 0.147/s (0.53x); Ray 2 workers 0.263/s (0.95x).
   once per run: ground truth 19.8 MB, shared states 53.4 MB (143.8 MB with held-out splits).
 """
 from __future__ import annotations
