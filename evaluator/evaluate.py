@@ -459,20 +459,20 @@ class Evaluator:
             results[e.id] = r
         return results, None
 
-    def _fit_overheads(self, results, exps, part) -> dict[str, Overheads]:
-        """Request overheads per model, fitted on the requests `part(e)` of experiments `exps`
-        that both the measurement and the simulation saw finish; a model with none of them
-        (e.g. held out) takes the mean of the others."""
+    def _fit_overheads(self, results) -> dict[str, Overheads]:
+        """Request overheads per model, fitted on the training requests of the fitted
+        experiments that both the measurement and the simulation saw finish; a model with none
+        of them (e.g. held out) takes the mean of the others."""
         by_model: dict[str, list] = {}
-        for e in exps:
+        for e in self.fit_exps:
             by_model.setdefault(e.model, []).append(e)
         ovh: dict[str, Overheads] = {}
         for model, group in by_model.items():
             groups = []
             for e in group:
                 r, wl = results[e.id], self.wl[e.id]
-                m = part(e)
-                served = ~self.failed[e.id] & ~r.timed_out if len(r.timed_out) else ~self.failed[e.id]
+                m = self._part(e, "train")
+                served = ~self.failed[e.id] & ~r.aborted
                 for s in e.stages:
                     g = m & (wl.stage == s.index) & served  # requests both ends saw finish
                     if not g.any():
@@ -516,7 +516,7 @@ class Evaluator:
         if overheads_in is not None:
             ovh = {k: Overheads(**v) for k, v in overheads_in.items()}
         else:
-            ovh = self._fit_overheads(results, self.fit_exps, lambda e: self._part(e, "train"))
+            ovh = self._fit_overheads(results)
         overheads = {k: v.as_dict() for k, v in ovh.items()}
         # per experiment x stage errors on the reported part
         train = part == "train"
@@ -525,7 +525,7 @@ class Evaluator:
             ttft = r.ttft_us + o.queueing_us + o.queueing_per_input_token_us * wl.prompt_len
             e2e = r.e2e_us + o.queueing_us + o.queueing_per_input_token_us * wl.prompt_len \
                 + o.output_token_us * wl.gen_len + o.post_decode_us
-            timed_out = r.timed_out if len(r.timed_out) else np.zeros(len(wl.stage), bool)
+            timed_out = r.aborted
             if timed_out.any():  # the client saw the timeout, whatever the overheads
                 ttft = np.where(timed_out, np.minimum(ttft, r.e2e_us), ttft)
                 e2e = np.where(timed_out, r.e2e_us, e2e)

@@ -457,6 +457,12 @@ class SimResult:
         return self.status == OK
 
     @property
+    def aborted(self) -> np.ndarray:
+        """Per request: aborted by the client timeout (all False for a result made without
+        the mask)."""
+        return self.timed_out if len(self.timed_out) else np.zeros(len(self.e2e_us), bool)
+
+    @property
     def n_evictions(self) -> int:
         return int(self.req_stats[:, EVICTIONS].sum()) if len(self.req_stats) else 0
 
@@ -512,7 +518,7 @@ def outcomes_by_stage(result: SimResult, wl: Workload, mask=None) -> list[dict]:
     """Per load stage: requests, how many finished and how many the client timeout aborted
     (the two sum to the requests of a completed simulation)."""
     out = []
-    to = result.timed_out if len(result.timed_out) else np.zeros(len(wl.stage), bool)
+    to = result.aborted
     for s, m in _stage_groups(result, wl, mask):
         n_to = int((to & m).sum())
         out.append({"stage": s, "requests": int(m.sum()), "finished": int((m & ~to & (result.e2e_us >= 0)).sum()),
@@ -568,9 +574,7 @@ def time_breakdown_by_stage(result: SimResult, wl: Workload, mask=None) -> list[
     st = result.req_stats
     out = []
     for s, m in _stage_groups(result, wl, mask):
-        m = m & (wl.gen_len >= 2) & (result.e2e_us >= 0)
-        if len(result.timed_out):
-            m = m & ~result.timed_out
+        m = m & (wl.gen_len >= 2) & (result.e2e_us >= 0) & ~result.aborted
         tokens = float((wl.gen_len[m] - 1).sum())
         span = float((result.e2e_us[m] - result.ttft_us[m]).sum())
         parts = {"decode": st[m, T_DECODE].sum(), "prefill": st[m, T_PREFILL].sum(),

@@ -606,7 +606,7 @@ class Archive:
             q = q.where(~ProgramRow.run_id.startswith(skip_prefix, autoescape=True))
         with self._read() as s, s.begin():
             rows = s.execute(q).all()
-        ranked_rows = [(not all(not (g or {}).get("unpinned") for g in (ident or {}).values()),
+        ranked_rows = [(any((g or {}).get("unpinned") for g in (ident or {}).values()),
                         selection_loss(obj or {}), cx, pid) for pid, cx, obj, ident in rows]
         ranked_rows = [r for r in ranked_rows if math.isfinite(r[1])]
         return self.program(min(ranked_rows)[3]) if ranked_rows else None
