@@ -27,7 +27,7 @@ import numpy as np
 from evaluator import physics
 from evaluator.components import COMPONENT_INDEX, COMPONENTS, MEASURED_NAMES, MODEL_FIELDS
 from evaluator.data import GroundTruth, per_token_time
-from evaluator.holdout import KINDS, Split, holdout_scores, make_split
+from evaluator.holdout import KINDS, Split, holdout_scores, make_split, split_by_label, split_evaluation
 from evaluator.fitting import (MAX_STATES_PER_STAGE, Overheads, StageStates, fit_constants, fit_overheads,
                                states_to_components, subsample)
 from evaluator.objectives import FAILURE, selection_loss
@@ -412,6 +412,17 @@ class Evaluator:
             ev = holdout_scores(self, program, ev, fit=fit and constants is None, overheads=overheads, kinds=kinds)
         return replace(ev, sim_steps=n_steps, seconds=time.perf_counter() - t0,
                        objectives={**ev.objectives, "complexity": float(program.complexity.total)})
+
+    def evaluate_split(self, program, label: str, main_overheads: dict | None = None) -> Evaluation:
+        """One held-out split of a full evaluation, named by its label (`Split.label`), as an
+        executor's worker runs it (`evaluator.holdout.split_evaluation`); `main_overheads`: the
+        in-sample evaluation's request overheads (LOMO takes the other models' mean)."""
+        t0 = time.perf_counter()
+        missing = self.kernels_missing(program)
+        if missing:
+            return self._invalid(missing, t0)
+        res = split_evaluation(self, program, split_by_label(self.all_exps, label), main_overheads)
+        return replace(res, seconds=time.perf_counter() - t0)
 
     def _identifiability(self, program, consts, results) -> dict[str, dict]:
         """Per fitting group: which constants the fitting states pin down (`evaluator.identify`),

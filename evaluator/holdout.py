@@ -103,33 +103,68 @@ def _lomo_overheads(main_overheads: dict, held_out: str) -> dict | None:
     return {**others, held_out: {k: float(np.mean([o[k] for o in others.values()])) for k in keys}}
 
 
-def score_kind(evaluator, program, kind: str, main=None, fit: bool = True, overheads: dict | None = None) -> dict:
-    """Fit and score `program` under every split of one kind (no refinement: the surrogate fit
-    on the split's reference states). `main`: the in-sample Evaluation, whose overheads LOMO
-    reuses (without it, LOMO also simulates the fitted models to fit overheads).
-    fit=False: nothing fitted (the program's own constants and the given `overheads`), e.g.
-    the uncalibrated roofline: then every split only re-scores it on its held-out part."""
+def split_evaluation(evaluator, program, split: Split, main_overheads: dict | None = None,
+                     fit: bool = True, overheads: dict | None = None):
+    """Fit and score `program` under one split (no refinement: the surrogate fit on the split's
+    reference states): the split view's Evaluation. `main_overheads`: the in-sample
+    evaluation's request overheads, which LOMO reuses (without them, LOMO also simulates the
+    fitted models to fit overheads). fit=False: nothing fitted (the program's own constants
+    and the given `overheads`), e.g. the uncalibrated roofline: the split only re-scores it."""
+    ovh = overheads
+    if ovh is None and split.kind == "model" and main_overheads is not None:
+        ovh = _lomo_overheads(main_overheads, split.value)
+    view = evaluator.for_split(split, simulate_fit=ovh is None)
+    return view.evaluate(program, overheads=ovh, fit=fit, refine=False)
+
+
+def kind_block(kind: str, results) -> dict:
+    """The held-out detail of one kind from its splits' Evaluations, `results` in split order
+    as (label, Evaluation): rows tagged with their split, errors, constants and objectives."""
     rows, errors, constants = [], {}, {}
-    for split in splits_of(evaluator.all_exps, kind):
-        ovh = overheads
-        if ovh is None and kind == "model" and main is not None:
-            ovh = _lomo_overheads(main.overheads, split.value)
-        view = evaluator.for_split(split, simulate_fit=ovh is None)
-        res = view.evaluate(program, overheads=ovh, fit=fit, refine=False)
+    for label, res in results:
         if not res.valid:
-            errors[split.label] = res.error or "invalid"
+            errors[label] = res.error or "invalid"
             continue
-        rows += [{**r, "split": split.label} for r in res.rows]
-        constants[split.label] = res.constants
+        rows += [{**r, "split": label} for r in res.rows]
+        constants[label] = res.constants
     return {"title": TITLE[kind], "objectives": summarize(rows, errors, PREFIX[kind]),
             "rows": rows, "errors": errors, "constants": constants}
 
 
-def holdout_scores(evaluator, program, main, fit: bool = True, overheads: dict | None = None, kinds=KINDS):
-    """`main` (an in-sample Evaluation) with the held-out `kinds` scored: objectives
-    `lowo_e2e`, `lomo_e2e`, `load_e2e` added and the per-kind detail in `holdout`."""
-    blocks = {kind: score_kind(evaluator, program, kind, main, fit, overheads) for kind in kinds}
-    objectives = dict(main.objectives)
+def score_kind(evaluator, program, kind: str, main=None, fit: bool = True, overheads: dict | None = None) -> dict:
+    """`kind_block` of every split of one kind, evaluated here in turn (`split_evaluation`;
+    `main`: the in-sample Evaluation, whose overheads LOMO reuses)."""
+    main_ovh = main.overheads if main is not None else None
+    return kind_block(kind, [(split.label, split_evaluation(evaluator, program, split, main_ovh, fit, overheads))
+                             for split in splits_of(evaluator.all_exps, kind)])
+
+
+def with_blocks(main, blocks: dict):
+    """`main` (an in-sample Evaluation) with held-out blocks (kind -> `kind_block`) attached:
+    objectives `lowo_e2e`, `lomo_e2e`, `load_e2e` added (complexity, when present, stays last)."""
+    objectives = {k: v for k, v in main.objectives.items() if k != "complexity"}
     for kind, b in blocks.items():
         objectives[f"{PREFIX[kind]}_e2e"] = b["objectives"][f"{PREFIX[kind]}_e2e"]
-    return replace(main, objectives=objectives, holdout=blocks)
+    if "complexity" in main.objectives:
+        objectives["complexity"] = main.objectives["complexity"]
+    return replace(main, objectives=objectives, holdout=dict(blocks))
+
+
+def holdout_scores(evaluator, program, main, fit: bool = True, overheads: dict | None = None, kinds=KINDS):
+    """`main` (an in-sample Evaluation) with the held-out `kinds` scored here, split after
+    split (an executor may instead spread the splits over workers and join them with
+    `kind_block` and `with_blocks`: the result is the same)."""
+    return with_blocks(main, {kind: score_kind(evaluator, program, kind, main, fit, overheads) for kind in kinds})
+
+
+def split_labels(exps) -> list[str]:
+    """Labels of every split of every kind, in the order `holdout_scores` takes them."""
+    return [s.label for kind in KINDS for s in splits_of(exps, kind)]
+
+
+def split_by_label(exps, label: str) -> Split:
+    """The split of `exps` called `label` (as `Split.label`); ValueError if there is none."""
+    kind, _, value = label.partition(":")
+    if kind not in KINDS:
+        raise ValueError(f"unknown held-out split {label!r}")
+    return make_split(exps, kind, value or None)

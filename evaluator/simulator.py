@@ -178,7 +178,12 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 new_tok[i] = 0
                 i += 1
                 continue
-            need = (computed[r] + want + block - 1) // block - blocks[r]
+            end = computed[r] + want
+            held = blocks[r] * block
+            if held - block < end <= held:
+                need = 0  # the common case, without an integer division (~13% of a simulation)
+            else:
+                need = (end + block - 1) // block - blocks[r]
             avail = cnt[kv.FREE] if lru else free_blocks
             while need > avail and n_run - 1 > i:
                 # preempt the last running request: its blocks are freed (cached ones stay cached)
@@ -210,8 +215,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     e0 = cnt[kv.EVICTED]
                     kv.allocate(nxt, prv, ref, bkey, dup, table, cnt, need, req_blk, r, blocks[r])
                     stats[r, EVICTIONS] += cnt[kv.EVICTED] - e0
-                full = min(computed[r] + want, prompt_len[r] + generated[r]) // block
-                if full > n_cached[r]:  # blocks that became full get their hashes
+                lim = min(computed[r] + want, prompt_len[r] + generated[r])
+                if lim >= (n_cached[r] + 1) * block:  # blocks that became full get their hashes
+                    full = lim // block
                     kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
                                     grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
                     n_cached[r] = full
@@ -313,7 +319,10 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 K += blocks[r] * block
                 K_dec += blocks[r] * block
                 continue
-            kr = ((computed[r] + new_tok[j] + block - 1) // block) * block
+            end = computed[r] + new_tok[j]
+            kr = blocks[r] * block  # the blocks it holds after this step's tokens
+            if not kr - block < end <= kr:
+                kr = ((end + block - 1) // block) * block
             if computed[r] < prompt_len[r]:
                 P += new_tok[j]
                 n_p += 1.0

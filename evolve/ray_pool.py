@@ -73,8 +73,8 @@ class RayPool(Executor):
     """Evaluate jobs on `workers` Ray actors, on a cluster at `address` or a local one."""
 
     def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=300, heldout=False,
-                 address: str | None = None):
-        super().__init__(timeout_s, heldout)
+                 address: str | None = None, splits=()):
+        super().__init__(timeout_s, heldout, splits)
         if address:
             _token_auth_if_available()
         try:
@@ -128,7 +128,7 @@ class RayPool(Executor):
         """Nodes the ready actors run on (for tests and the run summary)."""
         return {s.node for s in self.slots if s.node}
 
-    def poll(self) -> list[tuple[Job, Evaluation]]:
+    def _poll(self) -> list[tuple[Job, Evaluation]]:
         """Hand out pending jobs, collect finished ones, kill overdue ones; never blocks."""
         ray = self.ray
         results: list[tuple[Job, Evaluation]] = []

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from evaluator.data import load
+from evaluator.holdout import split_labels
 from evaluator.objectives import (IN_SAMPLE_ORDER, INVALID, finite_or_none, has_heldout, in_sample_loss,
                                   invalid_objectives, objective_vector, ranked, selection_loss)
 from evaluator import physics
@@ -214,10 +215,12 @@ class Search:
         """The executor of this run's evaluations (`RunConfig.executor`), started once."""
         if getattr(self, "pool", None) is None:
             args = (self.cfg.data, self.cfg.train_fraction, self.cfg.workers, self.cfg.timeout_s)
+            # with held-out objectives a full job is cut into its splits, spread over the workers
+            splits = split_labels(load(self.cfg.data).experiments) if self.cfg.holdout else ()
             if self.cfg.executor == "ray":
-                self.pool = RayPool(*args, heldout=self.cfg.holdout, address=self.cfg.ray_address)
+                self.pool = RayPool(*args, heldout=self.cfg.holdout, address=self.cfg.ray_address, splits=splits)
             else:
-                self.pool = WorkerPool(*args, heldout=self.cfg.holdout)
+                self.pool = WorkerPool(*args, heldout=self.cfg.holdout, splits=splits)
         return self.pool
 
     def close(self) -> None:
@@ -423,7 +426,7 @@ class Search:
                 elif i in waiting or i not in first:
                     break
                 elif screen and first[i].valid and self.state.would_enter(first[i].objectives, c.program):
-                    pool.submit(Job(i, c.program.source, "full", first[i].constants), first=True)
+                    pool.submit(Job(i, c.program.source, "full", first[i].constants, screen=first[i]), first=True)
                     waiting.add(i)
                     break
                 else:

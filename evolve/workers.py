@@ -9,28 +9,37 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from evaluator.data import load
 from evaluator.evaluate import Evaluator
+from evaluator.holdout import kind_block, with_blocks
 from evaluator.program import ProgramError, parse_program
 from evaluator.records import Evaluation
 from evolve.lifeline import die_with_parent
 
-JobKind = Literal["screen", "full"]
+JobKind = Literal["screen", "full", "split"]
 HELDOUT_TIMEOUT_FACTOR = 4  # a full job with held-out splits fits and simulates ~3-4x as much
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Job:
     """One evaluation of candidate `index` of a batch: a `screen` (surrogate fit, one
-    simulation) or a `full` one (refined on the candidate's own simulation, or with the
-    held-out splits scored, which are not refined)."""
+    simulation), a `full` one (refined on the candidate's own simulation, or with the
+    held-out splits scored, which are not refined), or one held-out `split` of a full one.
+
+    A full job of a run with held-out objectives that carries its `screen` Evaluation is cut by
+    the executor into one `split` job per held-out split (`Executor.submit`): the screen is
+    already its in-sample part, the splits run on whichever workers are free, and the joined
+    result is the one a single worker would have made."""
     index: int
     source: str
     kind: JobKind = "full"
     start: dict | None = None  # constants of the screen fit, so the full job does not redo it
+    screen: Evaluation | None = None  # the screen's Evaluation (driver side only, never sent)
+    split: str | None = None  # a split job's `evaluator.holdout.Split.label`
+    overheads: dict | None = None  # a split job's in-sample request overheads (LOMO takes them)
 
     @property
     def refine(self) -> bool:
@@ -47,15 +56,19 @@ def time_limit(job: Job, timeout_s: float, pool_heldout: bool) -> float:
 
 
 def job_message(job: Job, pool_heldout: bool) -> tuple:
-    """What a worker needs to run `job`, whatever the executor: (source, refine, start, heldout)."""
-    return job.source, job.refine, job.start, job.heldout(pool_heldout)
+    """What a worker needs to run `job`, whatever the executor:
+    (source, refine, start, heldout, split, overheads)."""
+    return job.source, job.refine, job.start, job.heldout(pool_heldout), job.split, job.overheads
 
 
 def run_job(ev: Evaluator, message: tuple) -> dict:
     """Evaluate one job message on a worker's Evaluator; the Evaluation as JSON, never raising."""
-    source, refine, start, heldout = message
+    source, refine, start, heldout, split, overheads = message
     try:
-        res = ev.evaluate(parse_program(source), refine=refine, start=start, heldout=heldout)
+        if split is not None:
+            res = ev.evaluate_split(parse_program(source), split, overheads)
+        else:
+            res = ev.evaluate(parse_program(source), refine=refine, start=start, heldout=heldout)
     except ProgramError as e:
         res = Evaluation(valid=False, error=f"invalid program: {e}")
     except Exception as e:  # a candidate must never take the run down
@@ -95,25 +108,60 @@ class Executor:
     """What the search needs of an executor: `submit` jobs, `poll` for finished ones (never
     blocking; each result paired with its Job, whatever the order), `busy`, `close`, and the
     count of candidates `killed` over the time limit. Subclasses: `WorkerPool` (local
-    processes, the default) and `evolve.ray_pool.RayPool` (a Ray cluster)."""
+    processes, the default) and `evolve.ray_pool.RayPool` (a Ray cluster) implement `_poll`.
 
-    def __init__(self, timeout_s: float, heldout: bool):
+    `splits`: labels of the held-out splits (`evaluator.holdout.split_labels`); with them, a
+    full job that carries its screen is cut into one split job each, and `poll` hands back
+    the joined Evaluation once every split is in (`_join`)."""
+
+    def __init__(self, timeout_s: float, heldout: bool, splits=()):
         self.timeout_s = timeout_s
         self.heldout = heldout
+        self.splits = tuple(splits)
         self.killed = 0
         self.pending: list[Job] = []
+        self._parts: dict[int, tuple[Job, dict]] = {}  # id(split job) -> (its full job, label -> result)
 
     def submit(self, job: Job, first: bool = False) -> None:
+        jobs = [job]
+        if job.kind == "full" and self.heldout and self.splits and job.screen is not None and job.screen.valid:
+            jobs = [Job(job.index, job.source, "split", split=label, overheads=job.screen.overheads)
+                    for label in self.splits]
+            got: dict = {}
+            for j in jobs:
+                self._parts[id(j)] = (job, got)
         if first:
-            self.pending.insert(0, job)
+            self.pending[:0] = jobs
         else:
-            self.pending.append(job)
+            self.pending.extend(jobs)
 
     @property
     def busy(self) -> bool:
         raise NotImplementedError
 
     def poll(self) -> list[tuple[Job, Evaluation]]:
+        """Finished jobs; a cut full job once all its splits are back."""
+        out = []
+        for job, res in self._poll():
+            if id(job) not in self._parts:
+                out.append((job, res))
+                continue
+            full, got = self._parts.pop(id(job))
+            got[job.split] = res
+            if len(got) == len(self.splits):
+                out.append((full, self._join(full, got)))
+        return out
+
+    def _join(self, full: Job, got: dict) -> Evaluation:
+        """The full Evaluation from the screen (its in-sample part) and every split's result,
+        as `Evaluator.evaluate(..., heldout=True)` would have made it in one process."""
+        blocks: dict[str, list] = {}
+        for label in self.splits:  # split order within each kind, as holdout_scores takes them
+            blocks.setdefault(label.partition(":")[0], []).append((label, got[label]))
+        ev = with_blocks(full.screen, {kind: kind_block(kind, res) for kind, res in blocks.items()})
+        return replace(ev, seconds=sum(r.seconds for r in got.values()))
+
+    def _poll(self) -> list[tuple[Job, Evaluation]]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -137,8 +185,9 @@ class Executor:
 class WorkerPool(Executor):
     """Evaluate jobs on K local processes."""
 
-    def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=300, heldout=False):
-        super().__init__(timeout_s, heldout)
+    def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=300, heldout=False,
+                 splits=()):
+        super().__init__(timeout_s, heldout, splits)
         self.ctx = mp.get_context("spawn")
         self.args = (data_dir, train_fraction)
         self.recycle = recycle
@@ -152,7 +201,7 @@ class WorkerPool(Executor):
     def busy(self) -> bool:
         return bool(self.pending) or any(w.job for w in self.workers)
 
-    def poll(self) -> list[tuple[Job, Evaluation]]:
+    def _poll(self) -> list[tuple[Job, Evaluation]]:
         """Hand out pending jobs, collect finished ones, kill overdue ones; never blocks."""
         results: list[tuple[Job, Evaluation]] = []
         for i, w in enumerate(self.workers):

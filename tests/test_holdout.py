@@ -175,3 +175,38 @@ def test_cli_baselines_holdout_table(capsys):
     assert cli_main(["baselines", "--holdout"]) == 0
     text = capsys.readouterr().out
     assert "Held-out errors" in text and "LOMO" in text and "model:llama-2-7b" in text
+
+
+def test_an_executor_joins_split_jobs_into_the_one_process_evaluation(ev):
+    """A full job cut into one job per held-out split, the screen standing for its in-sample
+    part, joins (in whatever order the splits come back) into what one process makes."""
+    from evaluator.holdout import split_labels
+    from evolve.workers import Executor, Job
+    p = parse_program(seed_sources()["linear_physics"])
+    wire = lambda e: Evaluation.from_json(json.loads(json.dumps(e.to_json())))  # noqa: E731  (as a pool sends it)
+    screen = wire(ev.evaluate(p, refine=False))
+    whole = ev.evaluate(p, start=screen.constants, heldout=True)
+    labels = split_labels(ev.all_exps)
+    assert len(labels) == 8 and labels[-1] == "load"
+    ex = Executor(60.0, True, labels)
+    full = Job(0, p.source, "full", screen.constants, screen=screen)
+    ex.submit(Job(1, p.source, "screen"))
+    ex.submit(full, first=True)  # its splits go before the queued screen
+    assert [j.split for j in ex.pending] == labels + [None]
+    cut = ex.pending[:-1]
+    ex._poll = lambda: [(j, wire(ev.evaluate_split(p, j.split, j.overheads))) for j in reversed(cut[2:])]
+    assert ex.poll() == []  # two splits still out
+    ex._poll = lambda: [(j, wire(ev.evaluate_split(p, j.split, j.overheads))) for j in cut[:2]]
+    (job, joined), = ex.poll()
+    assert job is full
+    a, b = whole.to_json(), joined.to_json()
+    assert b.pop("seconds") > 0 and a.pop("seconds") > 0
+    assert json.dumps(a) == json.dumps(b)
+    # a split that failed on its worker fails its kind only, as in one process
+    ex.submit(full)
+    cut = list(ex.pending[-8:])
+    ex._poll = lambda: [(j, Evaluation(valid=False, error="worker died") if j.split == "load" else
+                         wire(ev.evaluate_split(p, j.split, j.overheads))) for j in cut]
+    (_, joined), = ex.poll()
+    assert joined.holdout["load"]["errors"] == {"load": "worker died"}
+    assert math.isinf(joined.objectives["load_e2e"]) and joined.objectives["lowo_e2e"] == whole.objectives["lowo_e2e"]

@@ -1,4 +1,5 @@
 """The evolution loop on the embedded default: reproducible, resumable, survives runaway candidates."""
+import json
 import sqlite3
 
 
@@ -119,7 +120,10 @@ def test_heldout_run_ranks_on_heldout_errors(tmp_path):
     frontier is the Pareto front of held-out E2E errors and complexity."""
     from evaluator.objectives import HELDOUT, HELDOUT_ORDER, objective_vector
     from evolve.pareto import pareto_front
-    arch, out = _run(tmp_path, "h.db", workers=2, budget=6, holdout=True)
+    from evaluator.data import load
+    from evaluator.evaluate import Evaluator
+    from evaluator.program import parse_program
+    arch, out = _run(tmp_path, "h.db", workers=2, budget=13, holdout=True)
     run = out["run_id"]
     assert arch.get_run(run)["config"]["holdout"] is True
     full = arch.evaluations(run)
@@ -128,6 +132,15 @@ def test_heldout_run_ranks_on_heldout_errors(tmp_path):
         rec = arch.program(r["id"])
         assert set(HELDOUT) <= set(rec["objectives"]), rec["objectives"]
         assert set(rec["evaluation"]["holdout"]) == {"workload", "model", "load"}
+    # past the seeds a full job was cut into its held-out splits on the two workers: joined, it
+    # is what one process makes from the screen's constants
+    cut = [arch.program(r["id"]) for r in full if r["generation"] > 0]
+    assert cut, "no screened candidate earned a full evaluation"
+    ev = Evaluator(load(None))
+    for rec in cut:
+        whole = ev.evaluate(parse_program(rec["source"]), start=rec["evaluation"]["constants"], heldout=True)
+        assert json.dumps(whole.objectives, sort_keys=True) == json.dumps(rec["objectives"], sort_keys=True)
+        assert whole.to_json()["holdout"] == rec["evaluation"]["holdout"]
     vecs = {r["id"]: objective_vector(r["objectives"], HELDOUT_ORDER) for r in full}
     want = {pid for pid, _ in pareto_front(list(vecs.items()), key=lambda it: it[1])}
     assert set(out["frontier"]) == want
