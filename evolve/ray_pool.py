@@ -23,7 +23,7 @@ import os
 import pickle
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from evaluator.data import load
 from evaluator.evaluate import Evaluator
@@ -64,7 +64,7 @@ class _Slot:
     job: Job | None = None
     ref: object = None
     started: float = 0.0
-    done: int = 0
+    programs: set = field(default_factory=set)  # sources it has compiled
     pid: int | None = None
     node: str | None = None
 
@@ -161,10 +161,10 @@ class RayPool(Executor):
                         results.append((s.job, Evaluation(valid=False, error=f"worker died ({_first_line(e)})")))
                         self._replace(i)
                         continue
+                    s.programs.add(s.job.source)
                     s.job, s.ref = None, None
-                    s.done += 1
                     self.jobs_done += 1
-                    if s.done >= self.recycle:  # compiled candidates accumulate in a process
+                    if len(s.programs) >= self.recycle:  # compiled candidates accumulate in a process
                         self._replace(i)
                 elif time.monotonic() - s.started > self._limit(s.job):
                     results.append((s.job, Evaluation(valid=False, error=f"killed: over the wall-clock limit "

@@ -84,6 +84,22 @@ def test_garbage_program_never_crashes_the_worker():
     assert res[1].valid is True and res[1].objectives["e2e_mean"] < 1  # a typed Evaluation over the pipe
 
 
+def test_a_worker_is_recycled_by_the_programs_it_compiled_not_its_jobs():
+    """The split jobs of one candidate reuse its compiled program; recycling (each compiled
+    program keeps ~1 MiB in the process) counts programs, so they do not restart workers."""
+    src = seed_sources()
+    pool = WorkerPool(None, workers=1, timeout_s=120, recycle=2)
+    try:
+        res = pool.run([Job(0, src["roofline"], "screen"), Job(1, src["roofline"], "screen"),
+                        Job(2, src["roofline"], "screen")])
+        first = pool.workers[0].proc.pid
+        assert [json.dumps(r.objectives) for r in res[1:]] == [json.dumps(res[0].objectives)] * 2
+        pool.run([Job(3, src["linear_physics"], "screen")])
+        assert pool.workers[0].proc.pid != first  # the second program: recycled
+    finally:
+        pool.close()
+
+
 def test_offline_generations_are_full_of_new_programs(tmp_path):
     """Duplicates are drawn again at proposal time: every generation after the seeds holds
     generation_size structurally new programs, none of them a duplicate or a constant-only
