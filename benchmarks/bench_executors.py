@@ -4,7 +4,8 @@ bytes that cross the wire per candidate and once per run (issue 12's third figur
 Run: .venv/bin/python benchmarks/bench_executors.py [--data DIR] [--jobs N] [--heldout]
 Each executor first gets one warm-up job per worker (start-up, reference states and numba
 compilation are excluded), then the same N candidates: the seeds and offline mutations of them
-with a fixed random seed, as screens (or full jobs with --heldout). Ratios are against the local
+with a fixed random seed, as screens (or, with --heldout, as a run makes them: a screen, then the
+full job cut into one job per held-out split). Ratios are against the local
 pool with 2 workers. Ray runs on a local instance started here (`ray.init`). Asserts nothing.
 
 Recorded (trace mode, ../shared/data, 2026-11-23, 2-core machine, nothing else running):
@@ -44,10 +45,19 @@ def _candidates(n: int) -> list[str]:
 
 
 def _rate(pool, sources: list[str], kind: str, workers: int) -> float:
+    """Candidates per second. kind "full": each candidate as a run makes it with held-out
+    objectives, a screen and then its full job, which the pool cuts into split jobs."""
     from evolve.workers import Job
-    pool.run([Job(-1 - i, sources[i % len(sources)], kind) for i in range(workers)])  # warm-up
+    pool.run([Job(-1 - i, sources[i % len(sources)], "screen") for i in range(workers)])  # warm-up
+    if kind == "full":  # the split views' own reference states, made once per worker
+        pool.run([Job(-1 - i, sources[i % len(sources)], "full") for i in range(workers)])
+    for attr in ("bytes_sent", "bytes_received"):
+        if hasattr(pool, attr):
+            setattr(pool, attr, 0)
     t0 = time.perf_counter()
-    res = pool.run([Job(i, s, kind) for i, s in enumerate(sources)])
+    res = pool.run([Job(i, s, "screen") for i, s in enumerate(sources)])
+    if kind == "full":
+        res = pool.run([Job(i, s, "full", r.constants, screen=r) for i, (s, r) in enumerate(zip(sources, res))])
     dt = time.perf_counter() - t0
     print(f"  {sum(r.valid for r in res)}/{len(res)} valid in {dt:.1f} s")
     return len(sources) / dt
@@ -64,22 +74,23 @@ def main() -> None:
     from evaluator.evaluate import Evaluator
     from evolve.ray_pool import RayPool
     from evolve.workers import WorkerPool
+    from evaluator.holdout import split_labels
     kind = "full" if a.heldout else "screen"
     sources = _candidates(a.jobs)
+    splits = split_labels(load(a.data).experiments) if a.heldout else ()
     rates = {}
-    pool = WorkerPool(a.data, workers=2, timeout_s=600.0, heldout=a.heldout)
+    pool = WorkerPool(a.data, workers=2, timeout_s=600.0, heldout=a.heldout, splits=splits)
     try:
         print("local pool, 2 workers")
         rates["local, 2 workers"] = _rate(pool, sources, kind, 2)
     finally:
         pool.close()
     for w in (1, 2):
-        pool = RayPool(a.data, workers=w, timeout_s=600.0, heldout=a.heldout)
+        pool = RayPool(a.data, workers=w, timeout_s=600.0, heldout=a.heldout, splits=splits)
         try:
             print(f"Ray, {w} worker(s)")
             rates[f"Ray, {w} worker(s)"] = _rate(pool, sources, kind, w)
-            per = pool.jobs_done
-            sent, recv = pool.bytes_sent / per, pool.bytes_received / per
+            sent, recv = pool.bytes_sent / len(sources), pool.bytes_received / len(sources)
         finally:
             pool.close()
     base = rates["local, 2 workers"]
@@ -87,7 +98,8 @@ def main() -> None:
         print(f"{k:20s} {r:6.3f} evaluations/s  ({r / base:.2f}x the local pool)")
     gt = load(a.data)
     shared = Evaluator(gt).shared_states(a.heldout)
-    print(f"per candidate: {sent:.0f} B out (job message), {recv:.0f} B back (Evaluation JSON)")
+    print(f"per candidate: {sent:.0f} B out (job messages), {recv:.0f} B back (Evaluations as JSON)"
+          + (f"; a screen and {len(splits)} split jobs each" if splits else ""))
     print(f"once per run: ground truth {len(pickle.dumps(gt, protocol=5)) / 1e6:.1f} MB, shared states "
           f"{len(pickle.dumps(shared, protocol=5)) / 1e6:.1f} MB (object store; once per node)")
     assert not ray.is_initialized()

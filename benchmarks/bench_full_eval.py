@@ -48,6 +48,7 @@ def main() -> None:
     a = ap.parse_args()
     from evaluator.data import load
     from evaluator.evaluate import Evaluator
+    from evaluator.holdout import split_labels
     from evaluator.program import parse_program
     from seeds import seed_sources
     sources = {**seed_sources(), "ten_constants": ten_constants(seed_sources()["linear_physics"])}
@@ -72,6 +73,18 @@ def main() -> None:
               f"(profiled: fit {fit:.1f} s, simulate {sim:.1f} s); E2E in-sample "
               f"{100 * o['e2e_mean']:.1f}%, LOWO {100 * o['lowo_e2e']:.1f}%, LOMO {100 * o['lomo_e2e']:.1f}%, "
               f"load {100 * o['load_e2e']:.1f}%")
+        # as a run makes it: the screen, then the full job cut into one job per held-out split
+        c0 = time.process_time()
+        screen = ev.evaluate(p, refine=False)
+        c1 = time.process_time()
+        per = {}
+        for label in split_labels(ev.all_exps):
+            s0 = time.process_time()
+            ev.evaluate_split(p, label, screen.overheads)
+            per[label] = time.process_time() - s0
+        slow = max(per, key=per.get)
+        print(f"{'':20s} in a run: screen CPU {c1 - c0:.2f} s; its full job cut into {len(per)} splits: "
+              f"CPU {sum(per.values()):.2f} s in all, slowest {per[slow]:.2f} s ({slow})")
 
 
 if __name__ == "__main__":

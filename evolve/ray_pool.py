@@ -123,6 +123,9 @@ class RayPool(Executor):
     def busy(self) -> bool:
         return bool(self.pending) or any(s.job is not None for s in self.slots)
 
+    def _free(self) -> int:
+        return sum(s.job is None for s in self.slots)
+
     @property
     def nodes(self) -> set[str]:
         """Nodes the ready actors run on (for tests and the run summary)."""

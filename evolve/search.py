@@ -154,6 +154,7 @@ class Search:
         self._pool_key = None  # (generation, members) the cached parent pool was built for
         self._pool_cache: tuple[list[Member], list[Member]] = ([], [])
         self._grids: dict | None = None  # extrapolation grids per model, for the LLM's floor text
+        self._batches = 0  # batches evaluated by this process (tags their jobs)
 
     # -------------------------------------------------------------- entry points
     def start(self) -> str:
@@ -384,6 +385,11 @@ class Search:
         if stage == "full":
             self.state.add(Member(pid, c.program, ev.objectives, self.generation))
 
+    @staticmethod
+    def _full_job(i: int, c: Candidate, screen_ev: Evaluation, batch: int) -> Job:
+        """The full evaluation of screened candidate `i`, starting from its screen's constants."""
+        return Job(i, c.program.source, "full", screen_ev.constants, screen=screen_ev, batch=batch)
+
     def _evaluate_batch(self, batch: list[Candidate], screen: bool) -> None:
         todo: list[tuple[int, Candidate]] = []
         seen: dict[str, int] = {}
@@ -404,35 +410,57 @@ class Search:
             return
         # Stream: candidates are written in proposal order as soon as they and every earlier
         # one are settled, so a killed run loses only those in flight (or waiting on one).
+        # Whether a screened candidate earns its full evaluation is decided in that order too,
+        # on the state every earlier candidate left. Workers with nothing to do meanwhile run
+        # the full evaluation of later candidates that would earn it on the current state
+        # (speculation): an evaluation does not depend on when or where it runs, so only what
+        # the in-order decision asks for is written, and the archive stays the same.
         pool = self._pool()
+        self._batches += 1
+        b = self._batches
         first_kind = "screen" if screen else "full"
         for i, c in todo:
-            pool.submit(Job(i, c.program.source, first_kind))
+            pool.submit(Job(i, c.program.source, first_kind, batch=b))
         first: dict[int, Evaluation] = {}
         full: dict[int, Evaluation] = {}
-        waiting: set[int] = set()
+        gate: dict[int, bool] = {}  # the in-order decision per candidate
+        asked: set[int] = set()  # full evaluations submitted (needed or speculative)
+        looked: dict[int, int] = {}  # state size when a speculation was last declined
         k = 0
         while k < len(todo):
             for job, ev in pool.poll():
-                if job.kind == "full" and job.index in waiting:
-                    full[job.index] = ev
-                    waiting.discard(job.index)
-                else:
-                    first[job.index] = ev
+                if job.batch != b:  # a speculative full job of an earlier batch nobody needed
+                    continue
+                (full if screen and job.kind == "full" else first)[job.index] = ev
             while k < len(todo):
                 i, c = todo[k]
-                if i in full:
+                if i not in first:
+                    break
+                if i not in gate:
+                    gate[i] = screen and first[i].valid and self.state.would_enter(first[i].objectives, c.program)
+                if gate[i]:
+                    if i not in full:
+                        if i not in asked:
+                            pool.submit(self._full_job(i, c, first[i], b), first=True)
+                            asked.add(i)
+                        break
                     self._write(c, full[i], "full")
-                elif i in waiting or i not in first:
-                    break
-                elif screen and first[i].valid and self.state.would_enter(first[i].objectives, c.program):
-                    pool.submit(Job(i, c.program.source, "full", first[i].constants, screen=first[i]), first=True)
-                    waiting.add(i)
-                    break
                 else:
                     self._write(c, first[i], first_kind)
                 k += 1
+            if screen:
+                for i, c in todo[k + 1:]:
+                    if pool.spare() <= 0:
+                        break
+                    if i in asked or i not in first or not first[i].valid or \
+                            looked.get(i) == len(self.state.members):
+                        continue
+                    looked[i] = len(self.state.members)
+                    if self.state.would_enter(first[i].objectives, c.program):
+                        pool.submit(self._full_job(i, c, first[i], b))
+                        asked.add(i)
             time.sleep(0.002)
+        pool.discard(b)  # speculative jobs of this batch not started yet
         self.archive.set_frontier(self.run_id, [m.id for m in self.state.frontier])
         self.archive.set_cells(self.run_id, {k: m.id for k, m in sorted(self.state.cells.items())})
         best = min((m for m in self.state.frontier), key=lambda m: m.objectives["e2e_mean"], default=None)

@@ -41,6 +41,7 @@ class Job:
     screen: Evaluation | None = None  # the screen's Evaluation (driver side only, never sent)
     split: str | None = None  # a split job's `evaluator.holdout.Split.label`
     overheads: dict | None = None  # a split job's in-sample request overheads (LOMO takes them)
+    batch: int = 0  # the search's batch it belongs to (results of an earlier batch are ignored)
 
     @property
     def refine(self) -> bool:
@@ -133,7 +134,7 @@ class Executor:
     def submit(self, job: Job, first: bool = False) -> None:
         jobs = [job]
         if job.kind == "full" and self.heldout and self.splits and job.screen is not None and job.screen.valid:
-            jobs = [Job(job.index, job.source, "split", split=label, overheads=job.screen.overheads)
+            jobs = [Job(job.index, job.source, "split", split=label, overheads=job.screen.overheads, batch=job.batch)
                     for label in self.splits]
             got: dict = {}
             for j in jobs:
@@ -142,6 +143,22 @@ class Executor:
             self.pending[:0] = jobs
         else:
             self.pending.extend(jobs)
+
+    def spare(self) -> int:
+        """Workers that would sit idle: free ones beyond the jobs waiting for one."""
+        return self._free() - len(self.pending)
+
+    def discard(self, batch: int) -> None:
+        """Forget the jobs of `batch` that no worker has started (a cut full job: all of its
+        splits, so none of them is joined); those in flight finish and come back as usual."""
+        owner = lambda j: self._parts[id(j)][0] if id(j) in self._parts else j  # noqa: E731
+        gone = [j for j in self.pending if owner(j).batch == batch]
+        fulls = {id(owner(j)) for j in gone}
+        self.pending = [j for j in self.pending if owner(j).batch != batch]
+        self._parts = {k: v for k, v in self._parts.items() if id(v[0]) not in fulls}
+
+    def _free(self) -> int:
+        raise NotImplementedError
 
     @property
     def busy(self) -> bool:
@@ -208,6 +225,9 @@ class WorkerPool(Executor):
     @property
     def busy(self) -> bool:
         return bool(self.pending) or any(w.job for w in self.workers)
+
+    def _free(self) -> int:
+        return sum(w.job is None for w in self.workers)
 
     def _poll(self) -> list[tuple[Job, Evaluation]]:
         """Hand out pending jobs, collect finished ones, kill overdue ones; never blocks."""

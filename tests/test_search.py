@@ -100,6 +100,26 @@ def test_a_worker_is_recycled_by_the_programs_it_compiled_not_its_jobs():
         pool.close()
 
 
+def test_discard_forgets_a_batchs_unstarted_jobs_and_its_cut_full_jobs():
+    """What the search drops at the end of a batch (speculative full jobs nobody needed): the
+    batch's jobs no worker started, every split of its cut full jobs included."""
+    from evaluator.records import Evaluation
+    from evolve.workers import Executor
+
+    class Idle(Executor):
+        def _free(self):
+            return 2
+
+    ex = Idle(60.0, True, ("workload:a", "load"))
+    ex.submit(Job(0, "src", "screen", batch=1))
+    ex.submit(Job(1, "src", "full", screen=Evaluation(valid=True, overheads={"m": {}}), batch=1))
+    ex.submit(Job(2, "src", "screen", batch=2))
+    assert [j.kind for j in ex.pending] == ["screen", "split", "split", "screen"]
+    assert ex.spare() == -2
+    ex.discard(1)
+    assert [(j.index, j.batch) for j in ex.pending] == [(2, 2)] and not ex._parts and ex.spare() == 1
+
+
 def test_offline_generations_are_full_of_new_programs(tmp_path):
     """Duplicates are drawn again at proposal time: every generation after the seeds holds
     generation_size structurally new programs, none of them a duplicate or a constant-only
