@@ -15,6 +15,9 @@ Recorded (trace mode, ../shared/data, 2026-11-23, 2-core machine, nothing else r
                0.103/s (0.62x); Ray 2 workers 0.176/s (1.06x). 362 B out, 23,446 B back.
   the same on 2026-11-24 after the cheaper held-out evaluation (fb427c6): local 0.277/s;
                Ray 1 worker 0.147/s (0.53x); Ray 2 workers 0.263/s (0.95x).
+  6 candidates as a run makes them with held-out splits (--heldout --jobs 6, aebaef3, 2026-11-24):
+               a screen, then the full job cut into 8 split jobs: local 0.297/s; Ray 1 worker
+               0.166/s (0.56x); Ray 2 workers 0.315/s (1.06x). 6,031 B out, 29,608 B back.
   once per run: ground truth 19.8 MB, shared states 53.4 MB (143.8 MB with held-out splits).
 """
 from __future__ import annotations

@@ -116,7 +116,7 @@ class _Worker:
 class Executor:
     """What the search needs of an executor: `submit` jobs, `poll` for finished ones (never
     blocking; each result paired with its Job, whatever the order), `busy`, `close`, and the
-    count of candidates `killed` over the time limit. Subclasses: `WorkerPool` (local
+    count of jobs `killed` over the time limit. Subclasses: `WorkerPool` (local
     processes, the default) and `evolve.ray_pool.RayPool` (a Ray cluster) implement `_poll`.
 
     `splits`: labels of the held-out splits (`evaluator.holdout.split_labels`); with them, a
