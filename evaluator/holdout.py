@@ -131,30 +131,29 @@ def kind_block(kind: str, results) -> dict:
             "rows": rows, "errors": errors, "constants": constants}
 
 
-def score_kind(evaluator, program, kind: str, main=None, fit: bool = True, overheads: dict | None = None) -> dict:
-    """`kind_block` of every split of one kind, evaluated here in turn (`split_evaluation`;
-    `main`: the in-sample Evaluation, whose overheads LOMO reuses)."""
-    main_ovh = main.overheads if main is not None else None
-    return kind_block(kind, [(split.label, split_evaluation(evaluator, program, split, main_ovh, fit, overheads))
-                             for split in splits_of(evaluator.all_exps, kind)])
-
-
-def with_blocks(main, blocks: dict):
-    """`main` (an in-sample Evaluation) with held-out blocks (kind -> `kind_block`) attached:
-    objectives `lowo_e2e`, `lomo_e2e`, `load_e2e` added (complexity, when present, stays last)."""
+def join_splits(main, results, kinds=KINDS):
+    """`main` (an in-sample Evaluation) with the held-out `kinds` attached from the splits'
+    Evaluations, `results` as (label, Evaluation) in `split_labels` order, wherever they were
+    computed: objectives `lowo_e2e`, `lomo_e2e`, `load_e2e` added (complexity, when present,
+    stays last) and the per-kind detail (`kind_block`) in `holdout`. A kind without splits
+    scores infinite, as one whose every split failed."""
+    blocks = {kind: kind_block(kind, [(label, res) for label, res in results if _kind_of(label) == kind])
+              for kind in kinds}
     objectives = {k: v for k, v in main.objectives.items() if k != "complexity"}
     for kind, b in blocks.items():
         objectives[f"{PREFIX[kind]}_e2e"] = b["objectives"][f"{PREFIX[kind]}_e2e"]
     if "complexity" in main.objectives:
         objectives["complexity"] = main.objectives["complexity"]
-    return replace(main, objectives=objectives, holdout=dict(blocks))
+    return replace(main, objectives=objectives, holdout=blocks)
 
 
 def holdout_scores(evaluator, program, main, fit: bool = True, overheads: dict | None = None, kinds=KINDS):
     """`main` (an in-sample Evaluation) with the held-out `kinds` scored here, split after
-    split (an executor may instead spread the splits over workers and join them with
-    `kind_block` and `with_blocks`: the result is the same)."""
-    return with_blocks(main, {kind: score_kind(evaluator, program, kind, main, fit, overheads) for kind in kinds})
+    split (`split_evaluation`; LOMO reuses `main`'s overheads). An executor may instead run the
+    splits on its workers and `join_splits` their results: the Evaluation is the same."""
+    results = [(split.label, split_evaluation(evaluator, program, split, main.overheads, fit, overheads))
+               for kind in kinds for split in splits_of(evaluator.all_exps, kind)]
+    return join_splits(main, results, kinds)
 
 
 def split_labels(exps) -> list[str]:
@@ -162,9 +161,14 @@ def split_labels(exps) -> list[str]:
     return [s.label for kind in KINDS for s in splits_of(exps, kind)]
 
 
+def _kind_of(label: str) -> str:
+    """The kind of a split from its `Split.label` ("workload:codegen" -> "workload")."""
+    return label.partition(":")[0]
+
+
 def split_by_label(exps, label: str) -> Split:
     """The split of `exps` called `label` (as `Split.label`); ValueError if there is none."""
-    kind, _, value = label.partition(":")
+    kind, value = _kind_of(label), label.partition(":")[2]
     if kind not in KINDS:
         raise ValueError(f"unknown held-out split {label!r}")
     return make_split(exps, kind, value or None)

@@ -14,6 +14,7 @@ candidates in flight (and any finished one waiting on them); `--resume` continue
 """
 from __future__ import annotations
 
+import functools
 import math
 import random
 import sys
@@ -157,8 +158,13 @@ class Search:
         self._batches = 0  # batches evaluated by this process (tags their jobs)
 
     # -------------------------------------------------------------- entry points
+    @functools.cached_property
+    def _gt(self):
+        """The run's ground truth, read once (fingerprint, held-out split labels, the LLM's floor grids)."""
+        return load(self.cfg.data)
+
     def start(self) -> str:
-        gt = load(self.cfg.data)
+        gt = self._gt
         self.run_id = self.archive.start_run(self.cfg.to_json(), self.cfg.seed, gt.fingerprint(), self.cfg.budget)
         self._bind_spend()
         self.generation = 0
@@ -217,7 +223,7 @@ class Search:
         if getattr(self, "pool", None) is None:
             args = (self.cfg.data, self.cfg.train_fraction, self.cfg.workers, self.cfg.timeout_s)
             # with held-out objectives a full job is cut into its splits, spread over the workers
-            splits = split_labels(load(self.cfg.data).experiments) if self.cfg.holdout else ()
+            splits = split_labels(self._gt.experiments) if self.cfg.holdout else ()
             if self.cfg.executor == "ray":
                 self.pool = RayPool(*args, heldout=self.cfg.holdout, address=self.cfg.ray_address, splits=splits)
             else:
@@ -347,7 +353,7 @@ class Search:
 
     def _floor_text(self, program: Program, ev: dict) -> str:
         if self._grids is None:
-            self._grids = physics.model_grids(load(self.cfg.data))
+            self._grids = physics.model_grids(self._gt)
         consts = ev.get("constants") or {}
         lines = []
         try:

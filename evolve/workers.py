@@ -15,7 +15,7 @@ from typing import Literal
 
 from evaluator.data import load
 from evaluator.evaluate import Evaluator
-from evaluator.holdout import kind_block, with_blocks
+from evaluator.holdout import join_splits
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.records import Evaluation
 from evolve.lifeline import die_with_parent
@@ -42,6 +42,7 @@ class Job:
     split: str | None = None  # a split job's `evaluator.holdout.Split.label`
     overheads: dict | None = None  # a split job's in-sample request overheads (LOMO takes them)
     batch: int = 0  # the search's batch it belongs to (results of an earlier batch are ignored)
+    part_of: "Job | None" = None  # a split job's full job (driver side only, never sent)
 
     @property
     def refine(self) -> bool:
@@ -121,7 +122,7 @@ class Executor:
 
     `splits`: labels of the held-out splits (`evaluator.holdout.split_labels`); with them, a
     full job that carries its screen is cut into one split job each, and `poll` hands back
-    the joined Evaluation once every split is in (`_join`)."""
+    the joined Evaluation once every split is in (`_join`, `evaluator.holdout.join_splits`)."""
 
     def __init__(self, timeout_s: float, heldout: bool, splits=()):
         self.timeout_s = timeout_s
@@ -129,16 +130,14 @@ class Executor:
         self.splits = tuple(splits)
         self.killed = 0
         self.pending: list[Job] = []
-        self._parts: dict[int, tuple[Job, dict]] = {}  # id(split job) -> (its full job, label -> result)
+        self._gather: dict[int, dict] = {}  # id(cut full job) -> its splits' results so far, by label
 
     def submit(self, job: Job, first: bool = False) -> None:
         jobs = [job]
         if job.kind == "full" and self.heldout and self.splits and job.screen is not None and job.screen.valid:
-            jobs = [Job(job.index, job.source, "split", split=label, overheads=job.screen.overheads, batch=job.batch)
-                    for label in self.splits]
-            got: dict = {}
-            for j in jobs:
-                self._parts[id(j)] = (job, got)
+            jobs = [Job(job.index, job.source, "split", split=label, overheads=job.screen.overheads, batch=job.batch,
+                        part_of=job) for label in self.splits]
+            self._gather[id(job)] = {}
         if first:
             self.pending[:0] = jobs
         else:
@@ -151,11 +150,10 @@ class Executor:
     def discard(self, batch: int) -> None:
         """Forget the jobs of `batch` that no worker has started (a cut full job: all of its
         splits, so none of them is joined); those in flight finish and come back as usual."""
-        owner = lambda j: self._parts[id(j)][0] if id(j) in self._parts else j  # noqa: E731
-        gone = [j for j in self.pending if owner(j).batch == batch]
-        fulls = {id(owner(j)) for j in gone}
-        self.pending = [j for j in self.pending if owner(j).batch != batch]
-        self._parts = {k: v for k, v in self._parts.items() if id(v[0]) not in fulls}
+        for j in self.pending:
+            if j.batch == batch and j.part_of is not None:
+                self._gather.pop(id(j.part_of), None)
+        self.pending = [j for j in self.pending if j.batch != batch]
 
     def _free(self) -> int:
         raise NotImplementedError
@@ -168,22 +166,20 @@ class Executor:
         """Finished jobs; a cut full job once all its splits are back."""
         out = []
         for job, res in self._poll():
-            if id(job) not in self._parts:
+            got = self._gather.get(id(job.part_of)) if job.part_of is not None else None
+            if got is None:  # a whole job (or a split of a discarded full job: its batch is over)
                 out.append((job, res))
                 continue
-            full, got = self._parts.pop(id(job))
             got[job.split] = res
             if len(got) == len(self.splits):
-                out.append((full, self._join(full, got)))
+                del self._gather[id(job.part_of)]
+                out.append((job.part_of, self._join(job.part_of, got)))
         return out
 
     def _join(self, full: Job, got: dict) -> Evaluation:
         """The full Evaluation from the screen (its in-sample part) and every split's result,
         as `Evaluator.evaluate(..., heldout=True)` would have made it in one process."""
-        blocks: dict[str, list] = {}
-        for label in self.splits:  # split order within each kind, as holdout_scores takes them
-            blocks.setdefault(label.partition(":")[0], []).append((label, got[label]))
-        ev = with_blocks(full.screen, {kind: kind_block(kind, res) for kind, res in blocks.items()})
+        ev = join_splits(full.screen, [(label, got[label]) for label in self.splits])
         return replace(ev, seconds=sum(r.seconds for r in got.values()))
 
     def _poll(self) -> list[tuple[Job, Evaluation]]:

@@ -117,7 +117,7 @@ def test_discard_forgets_a_batchs_unstarted_jobs_and_its_cut_full_jobs():
     assert [j.kind for j in ex.pending] == ["screen", "split", "split", "screen"]
     assert ex.spare() == -2
     ex.discard(1)
-    assert [(j.index, j.batch) for j in ex.pending] == [(2, 2)] and not ex._parts and ex.spare() == 1
+    assert [(j.index, j.batch) for j in ex.pending] == [(2, 2)] and not ex._gather and ex.spare() == 1
 
 
 def test_offline_generations_are_full_of_new_programs(tmp_path):
