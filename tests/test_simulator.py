@@ -78,3 +78,41 @@ def test_no_recompilation_for_new_predictors():
         p = parse_program(f"C = {k + 1}000.0\ndef predict_step_time(P, D):\n    return C + {k} * D + P\n")
         assert simulate(p.compiled(), p.initial_constants, MV, _wl(5, 100), 1000).ok
     assert len(S._simulate.signatures) == before == 1
+
+
+KV_PROGRAM = ("BASE = 50.0\nPER_KV = 0.02\nPER_TOKEN = 3.0\n"
+              "def predict_step_time(P, D, K, t_weights):\n"
+              "    return BASE + t_weights + PER_KV * K + PER_TOKEN * (P + D)\n")
+
+
+def _same(a, b):
+    for name in ("status", "ttft_us", "e2e_us", "n_steps", "n_preempted", "states", "req_stats", "timed_out"):
+        x, y = np.asarray(getattr(a, name)), np.asarray(getattr(b, name))
+        assert x.shape == y.shape and np.array_equal(x, y, equal_nan=True), name
+
+
+def test_steady_decode_stretches_are_bit_identical_to_the_general_step(evaluator):
+    """The steady-decode stretches (events only, a memo of cycles) must give the general step's
+    results bit for bit: with the real workloads' prefix pools, under KV pressure (preemption,
+    evictions), with client timeouts, in always-hit mode and with few sequences."""
+    p = parse_program(KV_PROGRAM)
+    f, c = p.compiled(), p.initial_constants
+    ev = evaluator
+    seen = {"pre": 0, "evict": 0, "timeout": 0}
+    for e in ev.exps[:4]:
+        wl = ev.wl[e.id]
+        cut = min(len(wl.arrival_us), 1500)
+        wl = Workload(*(getattr(wl, k)[:cut] for k in ("arrival_us", "prompt_len", "cached_len", "gen_len", "stage")),
+                      prompt_id=wl.prompt_id[:cut], group_id=wl.group_id[:cut],
+                      system_prompt_len=wl.system_prompt_len, timeout_us=wl.timeout_us)
+        for kw in (dict(record=True), dict(kv_blocks=max(64, e.kv_blocks // 12), timeout_us=1.2e6, record=True),
+                   dict(kv_blocks=max(64, e.kv_blocks // 10), prefix_cache="always-hit"), dict(max_seqs=16)):
+            kw = {"kv_blocks": e.kv_blocks, **kw}
+            args = (f, c, ev.mv[e.id], wl, kw.pop("kv_blocks"))
+            fast, general = simulate(*args, fast=True, **kw), simulate(*args, fast=False, **kw)
+            assert fast.ok
+            _same(fast, general)
+            seen["pre"] += fast.n_preempted
+            seen["evict"] += fast.n_evictions
+            seen["timeout"] += int(fast.timed_out.sum())
+    assert min(seen.values()) > 0, seen  # every hard path was exercised
