@@ -26,12 +26,18 @@ past its deadline it leaves the waiting queue or the running batch and its KV bl
 out too. Its reported E2E is the timeout, its TTFT the first token if that came in time, else
 the timeout (`SimResult.timed_out` marks them).
 
-Speed: most steps only decode (every running request takes one token, nobody can be
-admitted). Those run as steady-decode stretches whose cost is the requests' block events
-(a block filled or needed, a request finished), not the batch, and whose predicted cycle is
-looked up by (batch, KV blocks) once seen. They do the general step's operations in the same
-order, so the results are bit-identical (`simulate(..., fast=False)` turns them off; a test
-compares the two). A replay of one of the 12 real experiments went from ~68 ms to ~37 ms.
+Speed: most running requests, most of the time, just decode: one token a step, a KV block
+needed every 16 steps. Such a request becomes a *member* once every request before it in the
+running order is one: members advance implicitly (their token counts are stored minus the
+steps since the last write-back), each keeps one pending event (a block to allocate or to
+register, its last token) in a ring of the next steps, and the members' share of a step's
+aggregates is kept as running sums. A step then costs its events and the other requests
+(prefill chunks, admissions), not the batch; a step of members alone has its predicted cycle
+looked up by (batch, KV blocks) once seen (the program is a pure function). Members are
+written back, and the step handled request by request, when a client deadline passes or a
+member's block would need a preemption. The operations, their order and the floating-point
+sums are those of the request-by-request step, so results are bit-identical
+(`simulate(..., fast=False)` runs every step request by request; a test compares the two).
 
 The predictor is a *parameter* of type `PREDICTOR_TYPE` (a first-class function type), so the
 simulator is compiled once and any candidate compiled with the fixed signature plugs in.
@@ -97,7 +103,6 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     generated = np.zeros(n, np.int64)
     blocks = np.zeros(n, np.int64)
     stats = np.zeros((n, N_REQ_STATS))
-    running = np.empty(max_seqs, np.int64)
     n_run = 0
     # waiting queue: ring buffer of request ids (preempted ones are pushed at the front)
     cap = n + 1
@@ -122,20 +127,29 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     restarted = np.zeros(n, np.bool_)  # preempted at least once: its prefill is recompute
     seen_p = np.zeros(ubase + 1, np.bool_)  # content ids whose blocks were computed before
     comp = np.zeros(N_COMPONENTS)
-    new_tok = np.zeros(max_seqs, np.int64)
     # grown by doubling: allocating max_steps rows up front (280 MB zeroed) cost ~0.25 s a run
     rec = np.empty((min(max_steps, 65536) if record else 1, 7))  # P, D, n_prefill, n_decode, B, K, t_start
-    # steady-decode stretches (see below): each running request's next event, W steps ahead at most
-    steady = fast and not breakdown
-    left = False
+    # Members (see the module docstring): running[0:first_x) are decoders that advance
+    # implicitly (a member's computed/generated hold its values minus s, the steps since the
+    # members were last written back); running[first_x:n_run) are handled one by one.
+    # Finished members leave holes until the next write-back, hence twice max_seqs positions.
+    steady = fast and not breakdown and max_tokens >= max_seqs
+    rcap = 2 * max_seqs
+    running = np.empty(rcap, np.int64)
+    new_tok = np.zeros(rcap, np.int64)
+    first_x = 0  # members before this position, the others from it
+    n_mem = 0  # live members
+    n_live = 0  # live running requests (n_run counts positions, holes included)
+    s = 0
+    tot_blocks = 0  # blocks held by live members
     W = 1
     while W <= 2 * block + 1:
         W *= 2
-    ring = np.empty((W, max_seqs), np.int64)  # positions in `running` with an event that step
+    ring = np.empty((W, max_seqs), np.int64)  # ring[s % W]: positions of members with an event at step s
     ring_n = np.zeros(W, np.int64)
-    fin_at = np.zeros(max_seqs, np.int64)  # step of the stretch in which position j finishes
+    fin_at = np.zeros(rcap, np.int64)  # step s in which the member at a position finishes
     fin_list = np.empty(max_seqs, np.int64)
-    memo_k = np.full(MEMO, -1, np.int64)  # steady steps' predicted cycle by (blocks, batch)
+    memo_k = np.full(MEMO, -1, np.int64)  # predicted cycle of members-only steps by (blocks, batch)
     memo_v = np.empty(MEMO)
     n_memo = 0
     n_steps = 0
@@ -149,193 +163,34 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             wq[(w_head + w_len) % cap] = next_arr
             w_len += 1
             next_arr += 1
+        deadline = False
         if timeout_us > 0.0:
             while oldest < n and gone[oldest]:
                 oldest += 1
-            if oldest < next_arr and t - arrival_us[oldest] >= timeout_us:
-                # the client gave up: abort every request past its deadline, running or waiting
+            deadline = oldest < next_arr and t - arrival_us[oldest] >= timeout_us
+        q = (s + 1) & (W - 1)
+        if first_x > 0:
+            # members stay members unless this step must see every request: a client deadline,
+            # or a block shortage (preemption); or the holes fill the positions
+            leave = deadline or n_mem == 0 or n_run - n_live >= max_seqs
+            if not leave:
+                k = ring_n[q]
+                for a in range(1, k):  # this step's events in running order
+                    x = ring[q, a]
+                    b = a - 1
+                    while b >= 0 and ring[q, b] > x:
+                        ring[q, b + 1] = ring[q, b]
+                        b -= 1
+                    ring[q, b + 1] = x
+                need = 0
+                for a in range(k):
+                    r = running[ring[q, a]]
+                    if computed[r] + s + 1 > blocks[r] * block:
+                        need += 1
+                leave = need > (cnt[kv.FREE] if lru else free_blocks)
+            if leave:  # write the members back: everyone is handled one by one
                 k = 0
-                for j in range(n_run):
-                    r = running[j]
-                    if t - arrival_us[r] >= timeout_us:
-                        if lru:
-                            kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
-                        else:
-                            free_blocks += blocks[r]
-                        blocks[r] = 0
-                        gone[r] = True
-                        timed_out[r] = True
-                        finished += 1
-                    else:
-                        running[k] = r
-                        k += 1
-                n_run = k
-                k = 0
-                for q in range(w_len):
-                    r = wq[(w_head + q) % cap]
-                    if t - arrival_us[r] >= timeout_us:  # waiting requests hold no blocks
-                        gone[r] = True
-                        timed_out[r] = True
-                        finished += 1
-                    else:
-                        wq[(w_head + k) % cap] = r
-                        k += 1
-                w_len = k
-                if finished >= n:
-                    break
-        if n_run == 0 and w_len == 0:
-            t = arrival_us[next_arr]
-            continue
-        if steady and not left and 0 < n_run <= max_tokens and (w_len == 0 or n_run >= max_seqs):
-            # ---- steady decode: every running request decodes one token a step and nobody
-            # can be admitted. Most steps are such steps, and in them a request only matters
-            # when it needs a block, fills one or finishes: each request keeps one pending
-            # event in a ring of the next W steps, and a step costs its events, not its batch.
-            # The requests' token counts advance implicitly (computed[r] + s at step s) and
-            # are written back when the stretch ends. Same operations, same order, same
-            # floating-point sums as the general step below: results are bit-identical.
-            ok = True
-            for j in range(n_run):
-                r = running[j]
-                c = computed[r]
-                slack = blocks[r] * block - c
-                if target[r] != c + 1 or prompt_len[r] + generated[r] != c + 1 or slack < 0 or slack > block:
-                    ok = False
-                    break
-            if ok:
-                tot_blocks = 0
-                for j in range(n_run):
-                    r = running[j]
-                    tot_blocks += blocks[r]
-                    fin_at[j] = gen_len[r] - generated[r]
-                    nx = min(blocks[r] * block - computed[r] + 1, fin_at[j])
-                    if lru:
-                        nx = min(nx, max(1, (n_cached[r] + 1) * block - computed[r]))
-                    q = nx & (W - 1)
-                    ring[q, ring_n[q]] = j
-                    ring_n[q] += 1
-                n_live = n_run
-                s = 0  # steps done in this stretch
-                while n_live > 0:
-                    # the checks a step starts with (above), stopping where the general step must run
-                    if next_arr < n and arrival_us[next_arr] <= t:
-                        if n_live < max_seqs:
-                            break
-                        while next_arr < n and arrival_us[next_arr] <= t:
-                            wq[(w_head + w_len) % cap] = next_arr
-                            w_len += 1
-                            next_arr += 1
-                    if w_len > 0 and n_live < max_seqs:
-                        break
-                    if timeout_us > 0.0:
-                        while oldest < n and gone[oldest]:
-                            oldest += 1
-                        if oldest < next_arr and t - arrival_us[oldest] >= timeout_us:
-                            break
-                    q = (s + 1) & (W - 1)
-                    k = ring_n[q]
-                    for a in range(1, k):  # this step's events in running order
-                        x = ring[q, a]
-                        b = a - 1
-                        while b >= 0 and ring[q, b] > x:
-                            ring[q, b + 1] = ring[q, b]
-                            b -= 1
-                        ring[q, b + 1] = x
-                    need = 0
-                    for a in range(k):
-                        r = running[ring[q, a]]
-                        if computed[r] + s + 1 > blocks[r] * block:
-                            need += 1
-                    if need > (cnt[kv.FREE] if lru else free_blocks):
-                        break  # someone would be preempted or stall: the general step decides
-                    s += 1
-                    ring_n[q] = 0
-                    n_fin = 0
-                    for a in range(k):
-                        j = ring[q, a]
-                        r = running[j]
-                        end = computed[r] + s
-                        if end > blocks[r] * block:
-                            if lru:
-                                e0 = cnt[kv.EVICTED]
-                                kv.allocate(nxt, prv, ref, bkey, dup, table, cnt, 1, req_blk, r, blocks[r])
-                                stats[r, EVICTIONS] += cnt[kv.EVICTED] - e0
-                            else:
-                                free_blocks -= 1
-                            blocks[r] += 1
-                            tot_blocks += 1
-                        if lru:
-                            lim = min(end, prompt_len[r] + generated[r] + s - 1)
-                            if lim >= (n_cached[r] + 1) * block:
-                                full = lim // block
-                                kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
-                                                grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
-                                n_cached[r] = full
-                                _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
-                        if fin_at[j] == s:
-                            fin_list[n_fin] = j
-                            n_fin += 1
-                        else:
-                            nx = min(blocks[r] * block - computed[r] + 1, fin_at[j])
-                            if lru:
-                                nx = min(nx, (n_cached[r] + 1) * block - computed[r])
-                            q2 = nx & (W - 1)
-                            ring[q2, ring_n[q2]] = j
-                            ring_n[q2] += 1
-                    Dn = float(n_live)
-                    K = float(tot_blocks * block)
-                    # the step depends on (batch, blocks) only: most pairs recur, so their
-                    # predicted cycle is looked up (the program is a pure function)
-                    key = tot_blocks * (max_seqs + 1) + n_live
-                    h = (key * 2654435761) & (MEMO - 1)
-                    while memo_k[h] >= 0 and memo_k[h] != key:
-                        h = (h + 1) & (MEMO - 1)
-                    if memo_k[h] == key:
-                        dt = memo_v[h]
-                    else:
-                        fill_components(model, 0.0, Dn, 0.0, Dn, Dn, K, comp)
-                        dt = predict(comp, consts)
-                        if not (dt >= 1.0) or not np.isfinite(dt):
-                            status = 1
-                            break
-                        if n_memo < MEMO - MEMO // 4:
-                            memo_k[h] = key
-                            memo_v[h] = dt
-                            n_memo += 1
-                    if record:
-                        if n_steps == rec.shape[0]:
-                            grown = np.empty((min(2 * rec.shape[0], max_steps), 7))
-                            grown[:n_steps] = rec
-                            rec = grown
-                        rec[n_steps, 0] = 0.0
-                        rec[n_steps, 1] = Dn
-                        rec[n_steps, 2] = 0.0
-                        rec[n_steps, 3] = Dn
-                        rec[n_steps, 4] = Dn
-                        rec[n_steps, 5] = K
-                        rec[n_steps, 6] = t
-                    t += dt
-                    n_steps += 1
-                    if n_steps >= max_steps:
-                        status = 2
-                        break
-                    for a in range(n_fin):  # requests that emitted their last token
-                        r = running[fin_list[a]]
-                        done_us[r] = t - arrival_us[r]
-                        gone[r] = True
-                        if timeout_us > 0.0 and done_us[r] > timeout_us:
-                            timed_out[r] = True
-                        if lru:
-                            kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
-                        else:
-                            free_blocks += blocks[r]
-                        tot_blocks -= blocks[r]
-                        blocks[r] = 0
-                        generated[r] = gen_len[r]
-                        finished += 1
-                        n_live -= 1
-                k = 0
-                for j in range(n_run):  # write the stretch back
+                for j in range(first_x):
                     r = running[j]
                     if gone[r]:
                         continue
@@ -344,16 +199,92 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     target[r] = computed[r] + 1
                     running[k] = r
                     k += 1
+                for j in range(first_x, n_run):
+                    running[k] = running[j]
+                    k += 1
                 n_run = k
+                first_x = 0
+                n_mem = 0
+                tot_blocks = 0
+                s = 0
                 ring_n[:] = 0
-                if status != 0:
-                    break
-                left = True  # the step it stopped at runs below, in general
-                continue
-        left = False
+                q = 1
+        if deadline:
+            # the client gave up: abort every request past its deadline, running or waiting
+            k = 0
+            for j in range(n_run):
+                r = running[j]
+                if t - arrival_us[r] >= timeout_us:
+                    if lru:
+                        kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
+                    else:
+                        free_blocks += blocks[r]
+                    blocks[r] = 0
+                    gone[r] = True
+                    timed_out[r] = True
+                    finished += 1
+                else:
+                    running[k] = r
+                    k += 1
+            n_run = k
+            n_live = k
+            k = 0
+            for a in range(w_len):
+                r = wq[(w_head + a) % cap]
+                if t - arrival_us[r] >= timeout_us:  # waiting requests hold no blocks
+                    gone[r] = True
+                    timed_out[r] = True
+                    finished += 1
+                else:
+                    wq[(w_head + k) % cap] = r
+                    k += 1
+            w_len = k
+            if finished >= n:
+                break
+        if n_live == 0 and w_len == 0:
+            t = arrival_us[next_arr]
+            continue
         budget = max_tokens
-        # 1) running requests, in order
-        i = 0
+        # 1) running requests, in order: the members' events (a block needed or filled, the
+        # last token), each taking one token; then the others
+        n_fin = 0
+        if first_x > 0:
+            s += 1
+            k = ring_n[q]
+            ring_n[q] = 0
+            for a in range(k):
+                j = ring[q, a]
+                r = running[j]
+                end = computed[r] + s
+                if end > blocks[r] * block:
+                    if lru:
+                        e0 = cnt[kv.EVICTED]
+                        kv.allocate(nxt, prv, ref, bkey, dup, table, cnt, 1, req_blk, r, blocks[r])
+                        stats[r, EVICTIONS] += cnt[kv.EVICTED] - e0
+                    else:
+                        free_blocks -= 1
+                    blocks[r] += 1
+                    tot_blocks += 1
+                if lru:
+                    lim = min(end, prompt_len[r] + generated[r] + s - 1)
+                    if lim >= (n_cached[r] + 1) * block:
+                        full = lim // block
+                        kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
+                                        grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
+                        n_cached[r] = full
+                        _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
+                if fin_at[j] == s:
+                    fin_list[n_fin] = j
+                    n_fin += 1
+                else:
+                    nx = min(blocks[r] * block - computed[r] + 1, fin_at[j])
+                    if lru:
+                        nx = min(nx, (n_cached[r] + 1) * block - computed[r])
+                    q2 = nx & (W - 1)
+                    ring[q2, ring_n[q2]] = j
+                    ring_n[q2] += 1
+            budget -= n_mem
+        i = first_x
         while i < n_run:
             r = running[i]
             if computed[r] < target[r]:
@@ -391,6 +322,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 wq[w_head] = v
                 w_len += 1
                 n_run -= 1
+                n_live -= 1
                 n_preempt += 1
             if need > avail:
                 new_tok[i] = 0  # cannot grow even alone: wait for blocks
@@ -415,7 +347,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             budget -= want
             i += 1
         # 2) admit waiting requests FCFS
-        while w_len > 0 and n_run < max_seqs and budget > 0:
+        while w_len > 0 and n_live < max_seqs and budget > 0:
             r = wq[w_head]
             start = 0
             n_hit = 0
@@ -489,17 +421,18 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             running[n_run] = r
             new_tok[n_run] = want
             n_run += 1
+            n_live += 1
             budget -= want
         # 3) aggregates -> components -> predicted step cycle
         P = 0.0
-        D = 0.0
+        D = float(n_mem)  # the members decode one token each
         n_p = 0.0
-        n_d = 0.0
-        K = 0.0
-        K_dec = 0.0
+        n_d = D
+        K = float(tot_blocks * block)
+        K_dec = K
         P_rec = 0.0  # prefill tokens recomputed because their cached blocks were evicted
         P_pre = 0.0  # prefill tokens recomputed after a preemption
-        for j in range(n_run):
+        for j in range(first_x, n_run):
             r = running[j]
             if new_tok[j] == 0:
                 K += blocks[r] * block
@@ -536,15 +469,35 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 continue
             status = 2
             break
-        fill_components(model, P, D, n_p, n_d, float(n_run), K, comp)
-        dt = predict(comp, consts)
-        if not (dt >= 1.0) or not np.isfinite(dt):
-            status = 1
-            break
+        if first_x == n_run:
+            # members only: the step depends on (batch, blocks) alone, and most pairs recur, so
+            # their predicted cycle is looked up (the program is a pure function)
+            key = tot_blocks * (max_seqs + 1) + n_mem
+            h = (key * 2654435761) & (MEMO - 1)
+            while memo_k[h] >= 0 and memo_k[h] != key:
+                h = (h + 1) & (MEMO - 1)
+            if memo_k[h] == key:
+                dt = memo_v[h]
+            else:
+                fill_components(model, P, D, n_p, n_d, float(n_live), K, comp)
+                dt = predict(comp, consts)
+                if not (dt >= 1.0) or not np.isfinite(dt):
+                    status = 1
+                    break
+                if n_memo < MEMO - MEMO // 4:
+                    memo_k[h] = key
+                    memo_v[h] = dt
+                    n_memo += 1
+        else:
+            fill_components(model, P, D, n_p, n_d, float(n_live), K, comp)
+            dt = predict(comp, consts)
+            if not (dt >= 1.0) or not np.isfinite(dt):
+                status = 1
+                break
         if breakdown and D > 0.0:
             base = dt
             if P > 0.0:
-                fill_components(model, 0.0, D, 0.0, n_d, float(n_run) - n_p, K_dec, comp)
+                fill_components(model, 0.0, D, 0.0, n_d, float(n_live) - n_p, K_dec, comp)
                 base = predict(comp, consts)
             extra = dt - base
             f_rec = P_rec / P if P > 0.0 else 0.0
@@ -574,7 +527,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             rec[n_steps, 1] = D
             rec[n_steps, 2] = n_p
             rec[n_steps, 3] = n_d
-            rec[n_steps, 4] = n_run
+            rec[n_steps, 4] = n_live
             rec[n_steps, 5] = K
             rec[n_steps, 6] = t
         t += dt
@@ -582,9 +535,27 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
         if n_steps >= max_steps:
             status = 2
             break
-        # 4) apply the step: emit tokens, finish requests
-        j = 0
-        k = 0
+        # 4) apply the step: emit tokens, finish requests; members first (their last tokens),
+        # then the others, of which the leading decoders become members
+        for a in range(n_fin):
+            r = running[fin_list[a]]
+            done_us[r] = t - arrival_us[r]
+            gone[r] = True
+            if timeout_us > 0.0 and done_us[r] > timeout_us:
+                timed_out[r] = True
+            if lru:
+                kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
+            else:
+                free_blocks += blocks[r]
+            tot_blocks -= blocks[r]
+            blocks[r] = 0
+            generated[r] = gen_len[r] - s
+            finished += 1
+            n_mem -= 1
+            n_live -= 1
+        join = steady
+        j = first_x
+        k = first_x
         while j < n_run:
             r = running[j]
             nt = new_tok[j]
@@ -606,10 +577,31 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                             free_blocks += blocks[r]
                         blocks[r] = 0
                         finished += 1
+                        n_live -= 1
                         keep = False
                     else:
                         target[r] = computed[r] + 1  # next step decodes one token
             if keep:
+                c = computed[r]
+                slack = blocks[r] * block - c
+                if (join and target[r] == c + 1 and generated[r] >= 1 and prompt_len[r] + generated[r] == c + 1
+                        and 0 <= slack <= block):
+                    # a decoder with only members before it becomes one (values stored minus s)
+                    computed[r] -= s
+                    generated[r] -= s
+                    target[r] = computed[r] + 1
+                    tot_blocks += blocks[r]
+                    n_mem += 1
+                    fin_at[k] = gen_len[r] - generated[r]
+                    nx = min(blocks[r] * block - computed[r] + 1, fin_at[k])
+                    if lru:
+                        nx = min(nx, max(s + 1, (n_cached[r] + 1) * block - computed[r]))
+                    q2 = nx & (W - 1)
+                    ring[q2, ring_n[q2]] = k
+                    ring_n[q2] += 1
+                    first_x = k + 1
+                else:
+                    join = False
                 running[k] = r
                 k += 1
             j += 1
