@@ -32,8 +32,9 @@ def predict_rows_multi(predict, X, C):
     function with a first-class function argument costs ~0.25 ms of dispatch."""
     out = np.empty((X.shape[0], C.shape[0]))
     for i in range(X.shape[0]):
+        x = X[i]  # one row view per row, not per call: views cost reference counting (~1/3 of a call)
         for k in range(C.shape[0]):
-            out[i, k] = predict(X[i], C[k])
+            out[i, k] = predict(x, C[k])
     return out
 
 
