@@ -18,6 +18,8 @@ Recorded (trace mode, ../shared/data, 2026-11-23, 2-core machine, nothing else r
   6 candidates as a run makes them with held-out splits (--heldout --jobs 6, aebaef3, 2026-11-24):
                a screen, then the full job cut into 8 split jobs: local 0.297/s; Ray 1 worker
                0.166/s (0.56x); Ray 2 workers 0.315/s (1.06x). 6,031 B out, 29,608 B back.
+  the same after the simulator's members (c1911cc, 2026-11-24): local 0.562/s; Ray 1 worker
+               0.284/s (0.51x); Ray 2 workers 0.504/s (0.90x). Same bytes.
   once per run: ground truth 19.8 MB, shared states 53.4 MB (143.8 MB with held-out splits).
 """
 from __future__ import annotations

@@ -25,9 +25,19 @@ Cut into split jobs (aebaef3, quiet machine, CPU seconds; the screen is the in-s
   measured_per_layer    5.6 s         0.97 + 4.55 s                 0.96 s (workload:codegen)
   linear_physics        7.0 s         1.15 + 5.87 s                 1.06 s
   ten_constants         7.9 s         1.24 + 6.53 s                 1.09 s
-On this 2-core machine a full evaluation thus takes ~3 s of wall time on two workers; with 8 free
+On this 2-core machine a full evaluation thus took ~3 s of wall time on two workers; with 8 free
 workers it would take about its slowest split (~1 s). The simulator (~20 ns per running request
-and step) is 55-65% of it.
+and step) was 55-65% of it.
+
+With the simulator's members (35ecec8: decoders advance implicitly, a step costs its events)
+and one row view per row in the Jacobian (c1911cc), same machine, quiet, CPU seconds:
+                        one process   screen + 8 split jobs (sum)   slowest split
+  measured_per_layer    2.3 s         0.41 + 1.89 s                 0.39 s (workload:general)
+  linear_physics        4.2 s         0.66 + 3.45 s                 0.59 s (workload:codegen)
+  ten_constants         4.7 s         0.74 + 4.12 s                 0.86 s (model:llama-2-7b)
+A replay of one experiment fell from ~68 ms to ~27 ms (two thirds of it now vLLM's block pool);
+the fit is now the larger part for evolved programs (~60%). On two workers a full evaluation
+takes ~1.2 s (one constant) to ~2.4 s (ten) of wall time: the 1 s target is still missed here.
 """
 from __future__ import annotations
 

@@ -469,6 +469,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 continue
             status = 2
             break
+        h = -1  # memo slot of a members-only step
+        key = 0
+        found = False
         if first_x == n_run:
             # members only: the step depends on (batch, blocks) alone, and most pairs recur, so
             # their predicted cycle is looked up (the program is a pure function)
@@ -476,24 +479,19 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             h = (key * 2654435761) & (MEMO - 1)
             while memo_k[h] >= 0 and memo_k[h] != key:
                 h = (h + 1) & (MEMO - 1)
-            if memo_k[h] == key:
-                dt = memo_v[h]
-            else:
-                fill_components(model, P, D, n_p, n_d, float(n_live), K, comp)
-                dt = predict(comp, consts)
-                if not (dt >= 1.0) or not np.isfinite(dt):
-                    status = 1
-                    break
-                if n_memo < MEMO - MEMO // 4:
-                    memo_k[h] = key
-                    memo_v[h] = dt
-                    n_memo += 1
+            found = memo_k[h] == key
+        if found:
+            dt = memo_v[h]
         else:
             fill_components(model, P, D, n_p, n_d, float(n_live), K, comp)
             dt = predict(comp, consts)
             if not (dt >= 1.0) or not np.isfinite(dt):
                 status = 1
                 break
+            if h >= 0 and n_memo < MEMO - MEMO // 4:
+                memo_k[h] = key
+                memo_v[h] = dt
+                n_memo += 1
         if breakdown and D > 0.0:
             base = dt
             if P > 0.0:
