@@ -88,6 +88,17 @@ def _mark_seen(seen, full, block, n_sys, c_sys, c_prompt, prompt_len):
         seen[c_prompt] = True
 
 
+@numba.njit(cache=True, inline="always")
+def _next_event(blocks, computed, n_cached, fin_at, block, lru, s):
+    """A member's next event step after step s (scalars only): the step its next token needs a
+    block, fills one (lru: its hash is registered), or is its last. `computed` is stored minus
+    the steps of the stretch, so the step in which its end reaches x is x - computed."""
+    nx = min(blocks * block - computed + 1, fin_at)
+    if lru:
+        nx = min(nx, max(s + 1, (n_cached + 1) * block - computed))
+    return nx
+
+
 @numba.njit(_SIM_ARGS, cache=True, error_model="numpy")
 def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_len,
               kv_blocks, max_seqs, max_tokens, block, max_steps, record,
@@ -208,7 +219,6 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 tot_blocks = 0
                 s = 0
                 ring_n[:] = 0
-                q = 1
         if deadline:
             # the client gave up: abort every request past its deadline, running or waiting
             k = 0
@@ -277,10 +287,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     fin_list[n_fin] = j
                     n_fin += 1
                 else:
-                    nx = min(blocks[r] * block - computed[r] + 1, fin_at[j])
-                    if lru:
-                        nx = min(nx, (n_cached[r] + 1) * block - computed[r])
-                    q2 = nx & (W - 1)
+                    q2 = _next_event(blocks[r], computed[r], n_cached[r], fin_at[j], block, lru, s) & (W - 1)
                     ring[q2, ring_n[q2]] = j
                     ring_n[q2] += 1
             budget -= n_mem
@@ -547,7 +554,6 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 free_blocks += blocks[r]
             tot_blocks -= blocks[r]
             blocks[r] = 0
-            generated[r] = gen_len[r] - s
             finished += 1
             n_mem -= 1
             n_live -= 1
@@ -591,10 +597,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     tot_blocks += blocks[r]
                     n_mem += 1
                     fin_at[k] = gen_len[r] - generated[r]
-                    nx = min(blocks[r] * block - computed[r] + 1, fin_at[k])
-                    if lru:
-                        nx = min(nx, max(s + 1, (n_cached[r] + 1) * block - computed[r]))
-                    q2 = nx & (W - 1)
+                    q2 = _next_event(blocks[r], computed[r], n_cached[r], fin_at[k], block, lru, s) & (W - 1)
                     ring[q2, ring_n[q2]] = k
                     ring_n[q2] += 1
                     first_x = k + 1

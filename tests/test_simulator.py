@@ -92,8 +92,8 @@ def _same(a, b):
 
 
 def test_steady_decode_stretches_are_bit_identical_to_the_general_step(evaluator):
-    """The steady-decode stretches (events only, a memo of cycles) must give the general step's
-    results bit for bit: with the real workloads' prefix pools, under KV pressure (preemption,
+    """The members (decoders advanced implicitly, their events only, a memo of cycles) must give
+    the request-by-request step's results bit for bit: with the real workloads' prefix pools, under KV pressure (preemption,
     evictions), with client timeouts, in always-hit mode and with few sequences."""
     p = parse_program(KV_PROGRAM)
     f, c = p.compiled(), p.initial_constants
