@@ -36,7 +36,7 @@ from evaluator.component_table import BLOCKS, COMPONENT_ROWS
 from evaluator.component_table import MODEL_FIELDS as TABLE_MODEL_FIELDS
 from evaluator.components_kernel import fill_components
 
-__all__ = ["PREDICTOR_SIGNATURE", "PREDICTOR_TYPE", "COMPONENTS", "N_COMPONENTS", "COMPONENT_INDEX",
+__all__ = ["PREDICTOR_SIGNATURE", "PREDICTOR_TYPE", "GRAD_SIGNATURE", "GRAD_TYPE", "COMPONENTS", "N_COMPONENTS", "COMPONENT_INDEX",
            "COMPONENT_DOCS", "MODEL_FIELDS", "MEASURED_NAMES", "fill_components", "components_matrix",
            "components_for_model", "model_vector",
            "batch_aggregates", "BLOCK_SIZE"]
@@ -44,6 +44,10 @@ __all__ = ["PREDICTOR_SIGNATURE", "PREDICTOR_TYPE", "COMPONENTS", "N_COMPONENTS"
 # Every candidate is compiled to f(x, c) -> step cycle in us, x = components, c = constants.
 PREDICTOR_SIGNATURE = numba.float64(numba.float64[::1], numba.float64[::1])
 PREDICTOR_TYPE = numba.types.FunctionType(PREDICTOR_SIGNATURE)
+# ... and to g(x, c, out) -> the same value, with d value / d c[j] written into out[j]
+# (evaluator.program_grad): the fit's Jacobian in one call per row.
+GRAD_SIGNATURE = numba.float64(numba.float64[::1], numba.float64[::1], numba.float64[::1])
+GRAD_TYPE = numba.types.FunctionType(GRAD_SIGNATURE)
 
 # The peak-speed formulas, then the measured (kernel-table) components of evaluator.measured.
 _ROWS = COMPONENT_ROWS + tuple(row for b in BLOCKS for row in b.rows)

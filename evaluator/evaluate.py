@@ -33,6 +33,7 @@ from evaluator.fitting import (MAX_STATES_PER_STAGE, Overheads, StageStates, fit
 from evaluator.objectives import FAILURE, selection_loss
 from evaluator.identify import program_identifiability
 from evaluator.program import parse_program
+from evaluator.program_grad import compiled_gradient
 from evaluator.records import Evaluation, StageScore
 from evaluator.simulator import (BREAKDOWN_PARTS, SimResult, cache_stats_by_stage, outcomes_by_stage, simulate,
                                  time_breakdown_by_stage)
@@ -265,7 +266,7 @@ class Evaluator:
         """Simulate the roofline seed calibrated per group (refitted twice on its own states) and
         record states: the states a physical program visits (a queue builds as for the candidates)."""
         ref = parse_program(seed_sources()[REFERENCE_SEED])
-        f = ref.compiled()
+        f, g = ref.compiled(), compiled_gradient(ref)
         consts = {key: ref.initial_constants.copy() for key in groups}
         states = {}
         for rnd in range(3):
@@ -279,7 +280,7 @@ class Evaluator:
             for key, exps in groups.items():
                 st = [s for e in exps for s in self._stage_states(e, states[e.id])]
                 probes = np.ascontiguousarray(np.vstack([self._state_probes(e, states[e.id]) for e in exps]))
-                consts[key], _ = fit_constants(f, consts[key], st, [], physics.constraints(probes, []))
+                consts[key], _ = fit_constants(f, g, consts[key], st, [], physics.constraints(probes, []))
         return states
 
     def _probe(self, key, exps) -> np.ndarray:
@@ -378,7 +379,7 @@ class Evaluator:
             consts = {}
             for key, exps in groups.items():
                 st = [s for e in exps for s in self._reference_stage_states(e)]
-                consts[key], _ = fit_constants(f, x0, st, self._rows_for(exps),
+                consts[key], _ = fit_constants(f, compiled_gradient(program), x0, st, self._rows_for(exps),
                                                self._constraints(key, exps).for_program(program.params))
         refine = fit and refine and constants is None and not kinds
         why = self.unphysical(f, consts, program.params)
@@ -396,7 +397,7 @@ class Evaluator:
             new = {}
             for key, exps in groups.items():
                 st = [s for e in exps for s in self._stage_states(e, results[e.id].states)]
-                new[key], _ = fit_constants(f, consts[key], st, self._rows_for(exps),
+                new[key], _ = fit_constants(f, compiled_gradient(program), consts[key], st, self._rows_for(exps),
                                          self._constraints(key, exps).for_program(program.params))
             if self.unphysical(f, new, program.params) is None:  # a refit that breaks a physical rule is not kept
                 results2, bad2 = self._simulate_all(f, new, record=False, measured=measured)

@@ -16,13 +16,13 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+import numba
 import numpy as np
-from scipy import sparse
 from scipy.optimize import least_squares
 
 from evaluator.components import N_COMPONENTS, components_for_model
 from evaluator.physics import REL_TOL, Constraints, constraint_residuals
-from evaluator.step_scoring import StepRows, predict_rows, predict_rows_multi
+from evaluator.step_scoring import StepRows, predict_rows, predict_rows_grad
 
 STAGE_WEIGHT = 3.0  # a stage's per-token residual weighs like this many step-MAPE units
 TTFT_WEIGHT = 2.0  # weight of the one-sided TTFT residual (see fit_constants)
@@ -71,7 +71,7 @@ CONSTRAINT_ESCALATION = (1.0, 30.0, 900.0)
 PRIOR_WEIGHT = 1e-2  # per constant, relative to its declared value (see residuals)
 
 
-def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list[StepRows],
+def fit_constants(predict, grad, x0: np.ndarray, stages: list[StageStates], rows: list[StepRows],
                   cons: Constraints | None = None, max_nfev: int = 8) -> tuple[np.ndarray, float]:
     """Least-squares fit of one constant vector (one model, or all models when global).
 
@@ -79,8 +79,9 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
     (`evaluator.physics.constraints`); their penalties keep the fit physical, so it cannot buy
     accuracy in the training window with a step faster than the hardware elsewhere.
 
-    Cost (issue 12): the Jacobian is the chain rule through the residuals, with only the
-    predictions differenced (`FitProblem.jacobian`); the constraint penalties are fitted on a
+    `grad`: the program's generated gradient (`evaluator.program_grad.compiled_gradient`).
+    Cost (issue 12): the Jacobian is the chain rule through the residuals, from the
+    predictions' exact derivatives (`FitProblem.jacobian`); the constraint penalties are fitted on a
     working set that grows by every row or pair a fit leaves active (`_ActiveSet`): a hinge
     that is inactive contributes nothing, so the optimum is the one of the full problem.
     """
@@ -89,7 +90,7 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
         return x0, 0.0
     if not stages and not rows and (cons is None or not len(cons.X)):
         return x0, 0.0
-    prob = FitProblem(predict, x0, stages, rows, cons)
+    prob = FitProblem(predict, grad, x0, stages, rows, cons)
     x = x0
     scale = np.maximum(np.abs(x0), 1e-3)
     cost = float("inf")
@@ -115,7 +116,6 @@ def fit_constants(predict, x0: np.ndarray, stages: list[StageStates], rows: list
 
 MAX_WORKING_SET_ROUNDS = 4  # refits per escalation step while the fit leaves new constraints active
 WORKING_SET_START = 1024  # constraint rows (and grid pairs) in the first working set, evenly spaced
-DIFF_STEP = 1e-4  # relative forward-difference step of the predictions, as scipy's diff_step
 
 
 class FitProblem:
@@ -123,24 +123,21 @@ class FitProblem:
 
     Layout: per stage an invalid-prediction penalty and the per-token residual; one one-sided
     TTFT residual per stage with prefills; the step rows; the floor rows and grid pairs of the
-    constraint working set; the prior. Per-stage sums are sparse matrix products.
+    constraint working set; the prior. Per-stage sums are one compiled pass (`_stage_sums`).
     """
 
-    def __init__(self, predict, x0, stages, rows, cons):
-        self.predict, self.x0 = predict, x0
+    def __init__(self, predict, grad, x0, stages, rows, cons):
+        self.predict, self.grad, self.x0 = predict, grad, x0
         self.prior_scale = np.maximum(np.abs(x0), 1.0)
         self.heavier = 1.0
         blocks = [st.X for st in stages]
         self.n_st = sum(len(b) for b in blocks)
-        lens = np.array([len(st.X) for st in stages], np.int64)
-        seg = np.repeat(np.arange(len(stages)), lens)
-        col = np.arange(self.n_st)
+        self.lens = np.array([len(st.X) for st in stages], np.int64)
+        self.seg = np.repeat(np.arange(len(stages)), self.lens)
         D = np.concatenate([np.asarray(st.D, np.float64) for st in stages]) if stages else np.zeros(0)
-        sumD = np.bincount(seg, weights=D, minlength=len(stages)) if stages else np.zeros(0)
-        shape = (len(stages), self.n_st)
+        sumD = np.bincount(self.seg, weights=D, minlength=len(stages)) if stages else np.zeros(0)
         with np.errstate(all="ignore"):
-            self.S_itl = sparse.csr_matrix((D / sumD[seg], (seg, col)), shape=shape)
-        self.S_mean = sparse.csr_matrix((1.0 / np.maximum(lens[seg], 1), (seg, col)), shape=shape)
+            self.w_itl = D / sumD[self.seg]
         self.targets = np.array([st.target_itl_us for st in stages])
         # TTFT proxy per stage (see `ttft_proxy`): a request arriving at a random moment waits out
         # the residual of the step in progress, sum(dt^2) / (2 sum(dt)), then the step that runs
@@ -151,17 +148,15 @@ class FitProblem:
         # per-token target decides how step time splits between prefill and decode steps.
         tt = [k for k, st in enumerate(stages)
               if st.NP is not None and np.isfinite(st.target_ttft_us) and st.target_ttft_us > 0 and np.sum(st.NP) > 0]
-        self.tt = np.array(tt, np.int64)
         self.tt_target = np.array([stages[k].target_ttft_us for k in tt])
-        on = np.isin(seg, self.tt)
-        rank = np.full(len(stages), -1)
-        rank[self.tt] = np.arange(len(tt))
+        self.rank = np.full(len(stages), -1, np.int64)  # a stage's row among the TTFT residuals
+        self.rank[tt] = np.arange(len(tt))
         NP = np.concatenate([np.asarray(st.NP, np.float64) if st.NP is not None else np.zeros(len(st.X))
                              for st in stages]) if stages else np.zeros(0)
-        sumNP = np.bincount(seg[on], weights=NP[on], minlength=len(stages))
-        shape = (len(tt), self.n_st)
-        self.S_one = sparse.csr_matrix((np.ones(on.sum()), (rank[seg[on]], col[on])), shape=shape)
-        self.S_np = sparse.csr_matrix((NP[on] / sumNP[seg[on]], (rank[seg[on]], col[on])), shape=shape)
+        on = np.isin(self.seg, tt)
+        sumNP = np.bincount(self.seg[on], weights=NP[on], minlength=len(stages))
+        self.w_np = np.where(on, NP / np.where(on, sumNP[self.seg], 1.0), 0.0) if stages else np.zeros(0)
+        self._no_jac = np.zeros((self.n_st, 0))
         self.Ry = np.zeros(0)
         if rows:
             sel = [r.train & r.has_target for r in rows]
@@ -221,21 +216,18 @@ class FitProblem:
         n = self.x0.size
         with np.errstate(all="ignore"):
             if self.n_st:
-                ps = p[:self.n_st]
-                bad = ~np.isfinite(ps) | (ps < 1.0)
-                ps = np.where(bad, 1.0, ps)
-                out.append(INVALID_PENALTY * 10.0 * (self.S_mean @ bad.astype(np.float64)))
-                out.append(STAGE_WEIGHT * (self.S_itl @ ps - self.targets) / self.targets)
-                S1, S2 = self.S_one @ ps, self.S_one @ (ps * ps)
-                proxy = S2 / (2.0 * S1) + self.S_np @ ps
+                Js = J[:self.n_st] if J is not None else self._no_jac
+                bad, itl, S1, S2, Snp, J_itl, J_s1, J_ps, J_np = _stage_sums(
+                    p[:self.n_st], Js, self.seg, self.w_itl, self.rank, self.w_np, len(self.targets), len(self.tt_target))
+                out.append(INVALID_PENALTY * 10.0 * bad / np.maximum(self.lens, 1))
+                out.append(STAGE_WEIGHT * (itl - self.targets) / self.targets)
+                proxy = S2 / (2.0 * S1) + Snp
                 over = np.maximum(0.0, proxy - self.tt_target) / self.tt_target
                 out.append(TTFT_WEIGHT * over)
                 if J is not None:
-                    Js = np.where(bad[:, None], 0.0, J[:self.n_st])
                     jac.append(np.zeros((len(self.targets), n)))
-                    jac.append(STAGE_WEIGHT * (self.S_itl @ Js) / self.targets[:, None])
-                    dproxy = ((self.S_one @ (ps[:, None] * Js)) / S1[:, None]
-                              - (S2 / (2.0 * S1 * S1))[:, None] * (self.S_one @ Js) + self.S_np @ Js)
+                    jac.append(STAGE_WEIGHT * J_itl / self.targets[:, None])
+                    dproxy = J_ps / S1[:, None] - (S2 / (2.0 * S1 * S1))[:, None] * J_s1 + J_np
                     jac.append(TTFT_WEIGHT * np.where((over > 0)[:, None], dproxy / self.tt_target[:, None], 0.0))
             nr = len(self.Ry)
             if nr:
@@ -267,18 +259,12 @@ class FitProblem:
         return np.where(np.isfinite(r), r, INVALID_PENALTY)
 
     def jacobian(self, c) -> np.ndarray:
-        """d residuals / d c: forward differences of the predictions only (one compiled call per
-        constant), then the chain rule through the residual blocks, all matrix products."""
-        c = np.asarray(c, np.float64)
-        p = self._pred(c)
-        n = c.size
-        h = DIFF_STEP * np.maximum(1.0, np.abs(c)) * np.where(c >= 0, 1.0, -1.0)
-        C = np.repeat(c[None, :], n, axis=0)
-        C[np.arange(n), np.arange(n)] += h
-        h = np.diag(C) - c  # the steps actually taken (rounding)
-        with np.errstate(all="ignore"):
-            J = (predict_rows_multi(self.predict, self.XA, C) - p[:, None]) / h
-            J[~np.isfinite(J)] = 0.0
+        """d residuals / d c: the predictions' exact derivatives (the program's generated
+        gradient, one compiled call per row), then the chain rule through the residual blocks."""
+        c = np.ascontiguousarray(c, dtype=np.float64)
+        p, J = predict_rows_grad(self.grad, self.XA, c)
+        self._cache = (c.copy(), p)  # the same values as predict_rows (bit-identical kernels)
+        J[~np.isfinite(J)] = 0.0
         out, jac = self._parts(p, J)
         out.append(PRIOR_WEIGHT * (c - self.x0) / self.prior_scale)
         jac.append(np.diag(PRIOR_WEIGHT / self.prior_scale))
@@ -287,6 +273,46 @@ class FitProblem:
         Jr[~np.isfinite(r)] = 0.0
         Jr[~np.isfinite(Jr)] = 0.0
         return Jr
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _stage_sums(ps, J, seg, w_itl, rank, w_np, n_stage, n_tt):
+    """The per-stage sums the stage residuals are made of, in one pass over the states: the
+    count of invalid predictions (NaN, infinite or < 1 us; counted as 1 us), the D-weighted
+    prediction, and for TTFT stages (rank >= 0) sum(dt), sum(dt^2) and the NP-weighted dt; with
+    J (d pred / d c, one column per constant) the same sums of its rows (invalid rows left out)."""
+    n = J.shape[1]
+    bad = np.zeros(n_stage)
+    itl = np.zeros(n_stage)
+    s1 = np.zeros(n_tt)
+    s2 = np.zeros(n_tt)
+    snp = np.zeros(n_tt)
+    j_itl = np.zeros((n_stage, n))
+    j_s1 = np.zeros((n_tt, n))
+    j_ps = np.zeros((n_tt, n))
+    j_np = np.zeros((n_tt, n))
+    for i in range(ps.shape[0]):
+        s = seg[i]
+        v = ps[i]
+        ok = 1.0 <= v < np.inf
+        if not ok:
+            bad[s] += 1.0
+            v = 1.0
+        itl[s] += w_itl[i] * v
+        r = rank[s]
+        if r >= 0:
+            s1[r] += v
+            s2[r] += v * v
+            snp[r] += w_np[i] * v
+        if ok and n:
+            for k in range(n):
+                d = J[i, k]
+                j_itl[s, k] += w_itl[i] * d
+                if r >= 0:
+                    j_s1[r, k] += d
+                    j_ps[r, k] += v * d
+                    j_np[r, k] += w_np[i] * d
+    return bad, itl, s1, s2, snp, j_itl, j_s1, j_ps, j_np
 
 
 class _ActiveSet:

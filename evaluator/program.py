@@ -92,6 +92,7 @@ class Program:
     hash: str = ""
     _py: object = field(default=None, repr=False)
     _jit: object = field(default=None, repr=False)
+    _grad: object = field(default=None, repr=False)  # evaluator.program_grad.compiled_gradient
 
     @property
     def const_names(self) -> list[str]:
@@ -509,12 +510,17 @@ def kernel_source(prog: Program, use_math_module: bool = True) -> str:
 
 
 def _exec_kernel(prog: Program, use_math_module: bool):
-    src = kernel_source(prog, use_math_module)
+    return define_function(kernel_source(prog, use_math_module), f"<program {prog.hash}>", "_kernel")
+
+
+def define_function(src: str, filename: str, name: str):
+    """The function `name` defined by generated source (from a validated program only), with
+    nothing but math, max, min and abs in scope."""
     ns: dict = {"math": math, "__builtins__": {"max": max, "min": min, "abs": abs}}
     with _AST_LOCK:
-        code = compile(src, f"<program {prog.hash}>", "exec")
-    exec(code, ns)  # noqa: S102 - AST-validated above
-    return ns["_kernel"]
+        code = compile(src, filename, "exec")
+    exec(code, ns)  # noqa: S102 - generated from a validated AST
+    return ns[name]
 
 
 def load_program(source: str) -> Program:

@@ -12,7 +12,7 @@ import numba
 import numpy as np
 from scipy.stats import spearmanr
 
-from evaluator.components import N_COMPONENTS, PREDICTOR_TYPE, components_for_model
+from evaluator.components import GRAD_TYPE, N_COMPONENTS, PREDICTOR_TYPE, components_for_model
 from evaluator.data import GroundTruth
 
 
@@ -25,17 +25,16 @@ def predict_rows(predict, X, consts):
     return out
 
 
-@numba.njit((PREDICTOR_TYPE, numba.float64[:, ::1], numba.float64[:, ::1]), cache=True, error_model="numpy")
-def predict_rows_multi(predict, X, C):
-    """Predictions for every row under every constant vector (row k of C): column k of the
-    result. One call for a whole finite-difference Jacobian, since each call of a compiled
-    function with a first-class function argument costs ~0.25 ms of dispatch."""
-    out = np.empty((X.shape[0], C.shape[0]))
-    for i in range(X.shape[0]):
-        x = X[i]  # one row view per row, not per call: views cost reference counting (~1/3 of a call)
-        for k in range(C.shape[0]):
-            out[i, k] = predict(x, C[k])
-    return out
+@numba.njit((GRAD_TYPE, numba.float64[:, ::1], numba.float64[::1]), cache=True, error_model="numpy")
+def predict_rows_grad(grad, X, consts):
+    """Predictions and their exact derivatives d pred / d consts for every row (one call of the
+    program's generated gradient, `evaluator.program_grad`, per row)."""
+    n = X.shape[0]
+    p = np.empty(n)
+    J = np.empty((n, consts.shape[0]))
+    for i in range(n):
+        p[i] = grad(X[i], consts, J[i])
+    return p, J
 
 
 @dataclass
