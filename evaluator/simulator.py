@@ -89,12 +89,18 @@ def _mark_seen(seen, full, block, n_sys, c_sys, c_prompt, prompt_len):
 
 
 @numba.njit(cache=True, inline="always")
-def _next_event(blocks, computed, n_cached, fin_at, block, lru, s):
+def _next_event(blocks, computed, n_cached, fin_at, block, lru, s, n_shared):
     """A member's next event step after step s (scalars only): the step its next token needs a
-    block, fills one (lru: its hash is registered), or is its last. `computed` is stored minus
-    the steps of the stretch, so the step in which its end reaches x is x - computed."""
+    block, fills one whose hash others can hit (lru: a block of its shared prompt, registered
+    in the table), or is its last. `computed` is stored minus the steps of the stretch, so the
+    step in which its end reaches x is x - computed.
+
+    A filled block past the shared prefix (`n_shared` blocks) gets a hash only this request
+    can find (after a preemption) and that only an eviction of the freed block observes; a
+    member holds its blocks, so that registration waits for its next event, its finish or the
+    write-back, which halves a decoding member's events."""
     nx = min(blocks * block - computed + 1, fin_at)
-    if lru:
+    if lru and n_cached < n_shared:
         nx = min(nx, max(s + 1, (n_cached + 1) * block - computed))
     return nx
 
@@ -132,6 +138,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     nxt, prv, ref, bkey, dup, table, cnt = kv.new_pool(max(n_pool, 0), n_keys)
     req_blk = np.empty((n if lru else 1, mb), np.int32)
     n_cached = np.zeros(n, np.int64)  # blocks of r registered in the table
+    n_shared = np.zeros(n, np.int64)  # r's leading blocks whose keys are shared (kv.chain_key)
+    for r in range(n if lru else 0):
+        n_shared[r] = max(n_sys[r] if grp_c[r] >= 0 else 0, prompt_len[r] // block if prm_c[r] >= 0 else 0)
     blocks_held_before = np.zeros(n, np.int64)  # blocks r held when last preempted
     hit0 = np.zeros(n, np.int64)  # first-admission hit (tokens)
     ideal0 = np.zeros(n, np.int64)  # always-hit equivalent of it
@@ -208,6 +217,13 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     computed[r] += s
                     generated[r] += s
                     target[r] = computed[r] + 1
+                    if lru:  # the private blocks it filled since its last event (_next_event)
+                        full = min(computed[r], prompt_len[r] + generated[r] - 1) // block
+                        if full > n_cached[r]:
+                            kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
+                                            grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
+                            n_cached[r] = full
+                            _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
                     running[k] = r
                     k += 1
                 for j in range(first_x, n_run):
@@ -287,7 +303,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     fin_list[n_fin] = j
                     n_fin += 1
                 else:
-                    q2 = _next_event(blocks[r], computed[r], n_cached[r], fin_at[j], block, lru, s) & (W - 1)
+                    q2 = _next_event(blocks[r], computed[r], n_cached[r], fin_at[j], block, lru, s, n_shared[r]) & (W - 1)
                     ring[q2, ring_n[q2]] = j
                     ring_n[q2] += 1
             budget -= n_mem
@@ -597,7 +613,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     tot_blocks += blocks[r]
                     n_mem += 1
                     fin_at[k] = gen_len[r] - generated[r]
-                    q2 = _next_event(blocks[r], computed[r], n_cached[r], fin_at[k], block, lru, s) & (W - 1)
+                    q2 = _next_event(blocks[r], computed[r], n_cached[r], fin_at[k], block, lru, s, n_shared[r]) & (W - 1)
                     ring[q2, ring_n[q2]] = k
                     ring_n[q2] += 1
                     first_x = k + 1
