@@ -248,8 +248,11 @@ def gradient_source(prog: Program) -> str:
 
 
 def compiled_gradient(prog: Program):
-    """numba-compiled `_grad` with `GRAD_SIGNATURE`, compiled once per Program."""
+    """numba-compiled `_grad` with `GRAD_SIGNATURE`, compiled once per Program; a first-class
+    function for compiled callers only (`predict_rows_grad`), not callable from Python."""
     if prog._grad is None:
         fn = define_function(gradient_source(prog), f"<gradient {prog.hash}>", "_grad")
-        prog._grad = numba.njit(GRAD_SIGNATURE, error_model="numpy", fastmath=False)(fn)
+        # only compiled code calls it (`evaluator.step_scoring.predict_rows_grad`): no CPython
+        # wrapper, ~30 ms less compile time per program and worker (~0.11 s left)
+        prog._grad = numba.njit(GRAD_SIGNATURE, error_model="numpy", fastmath=False, no_cpython_wrapper=True)(fn)
     return prog._grad

@@ -29,9 +29,11 @@ the timeout (`SimResult.timed_out` marks them).
 Speed: most running requests, most of the time, just decode: one token a step, a KV block
 needed every 16 steps. Such a request becomes a *member* once every request before it in the
 running order is one: members advance implicitly (their token counts are stored minus the
-steps since the last write-back), each keeps one pending event (a block to allocate or to
-register, its last token) in a ring of the next steps, and the members' share of a step's
-aggregates is kept as running sums. A step then costs its events and the other requests
+steps since the last write-back), each keeps one pending event (a block to allocate, a block
+of its shared prompt to register, its last token) in a ring of the next steps, and the
+members' share of a step's aggregates is kept as running sums (a filled block of generated
+tokens gets its private hash at the member's next event: nobody can see it meanwhile). A
+step then costs its events and the other requests
 (prefill chunks, admissions), not the batch; a step of members alone has its predicted cycle
 looked up by (batch, KV blocks) once seen (the program is a pure function). Members are
 written back, and the step handled request by request, when a client deadline passes or a
