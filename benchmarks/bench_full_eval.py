@@ -38,6 +38,20 @@ and one row view per row in the Jacobian (c1911cc), same machine, quiet, CPU sec
 A replay of one experiment fell from ~68 ms to ~27 ms (two thirds of it now vLLM's block pool);
 the fit is now the larger part for evolved programs (~60%). On two workers a full evaluation
 takes ~1.2 s (one constant) to ~2.4 s (ten) of wall time: the 1 s target is still missed here.
+
+With the fit's exact Jacobian (809c900: a generated forward-mode derivative of each program,
+one call per row, and the stage sums in one compiled pass) and half the members' events
+(8acdca4), measured back to back against 4978779 in one sitting (CPU seconds; this VM was
+~10% slower than in the table above, so compare within the rows):
+                        one process     screen         8 split jobs (sum)   slowest split
+  measured_per_layer    2.57 -> 2.22    0.45 -> 0.39   2.22 -> 1.82         0.47 -> 0.37
+  linear_physics        4.51 -> 3.20    0.74 -> 0.57   3.71 -> 2.74         0.63 -> 0.51
+  ten_constants         5.17 -> 3.77    0.81 -> 0.60   4.17 -> 3.03         0.79 -> 0.52
+Earlier the same day, quieter: 2.03 / 0.35 / 1.67 / 0.34, 2.86 / 0.50 / 2.43 / 0.45 and
+3.15 / 0.55 / 2.63 / 0.46 s. The fit of the 10-constant program fell from ~2.6 s to ~1.2 s of
+its one-process evaluation; the held-out scores are unchanged to 0.1 point. On two workers a
+full evaluation is ~0.85 s (one constant) to ~1.3-1.5 s (ten): under 1 s for the seed, not
+for the evolved program.
 """
 from __future__ import annotations
 
