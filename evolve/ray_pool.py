@@ -172,7 +172,7 @@ class RayPool(Executor):
                 elif time.monotonic() - s.started > self._limit(s.job):
                     results.append((s.job, Evaluation(valid=False, error=f"killed: over the wall-clock limit "
                                                                          f"({self._limit(s.job):.0f} s)")))
-                    self.killed += 1
+                    self._count_kill(s.job)
                     self._replace(i)
         return results
 

@@ -117,7 +117,7 @@ class _Worker:
 class Executor:
     """What the search needs of an executor: `submit` jobs, `poll` for finished ones (never
     blocking; each result paired with its Job, whatever the order), `busy`, `close`, and the
-    count of jobs `killed` over the time limit. Subclasses: `WorkerPool` (local
+    count of candidates `killed` over the time limit (a cut full job's splits count once). Subclasses: `WorkerPool` (local
     processes, the default) and `evolve.ray_pool.RayPool` (a Ray cluster) implement `_poll`.
 
     `splits`: labels of the held-out splits (`evaluator.holdout.split_labels`); with them, a
@@ -128,9 +128,17 @@ class Executor:
         self.timeout_s = timeout_s
         self.heldout = heldout
         self.splits = tuple(splits)
-        self.killed = 0
+        self._killed: set[tuple] = set()  # (batch, index) of candidates with a killed job
         self.pending: list[Job] = []
         self._gather: dict[int, dict] = {}  # id(cut full job) -> its splits' results so far, by label
+
+    @property
+    def killed(self) -> int:
+        """Candidates with a job killed over its time limit (or whose worker died)."""
+        return len(self._killed)
+
+    def _count_kill(self, job: Job) -> None:
+        self._killed.add((job.batch, job.index))
 
     def submit(self, job: Job, first: bool = False) -> None:
         jobs = [job]
@@ -260,7 +268,7 @@ class WorkerPool(Executor):
                 elif time.monotonic() - w.started > self._limit(w.job) or not w.proc.is_alive():
                     why = "killed: over the wall-clock limit" if w.proc.is_alive() else "worker died"
                     results.append((w.job, Evaluation(valid=False, error=f"{why} ({self._limit(w.job):.0f} s)")))
-                    self.killed += 1
+                    self._count_kill(w.job)
                     self._replace(i)
         return results
 

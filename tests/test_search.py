@@ -73,6 +73,22 @@ def test_runaway_candidate_is_killed_and_recorded():
     assert pool.killed == 1
 
 
+def test_a_candidate_killed_in_several_split_jobs_counts_once():
+    """`killed` counts candidates: a cut full job whose split jobs all run over the limit is
+    one runaway candidate, not one per split."""
+    src = seed_sources()["linear_physics"]
+    pool = WorkerPool(None, workers=1, timeout_s=120, heldout=True, splits=("model:llama-2-7b", "load"))
+    try:
+        screen = pool.run([Job(0, src, "screen")])[0]
+        assert screen.valid
+        pool.timeout_s = 0.02  # every split job is now over its limit
+        res = pool.run([Job(0, src, "full", start=screen.constants, screen=screen)])
+    finally:
+        pool.close()
+    assert str(res[0].holdout).count("wall-clock limit") == 2  # both splits were killed
+    assert pool.killed == 1
+
+
 def test_garbage_program_never_crashes_the_worker():
     pool = WorkerPool(None, workers=1, timeout_s=120)
     try:
