@@ -20,8 +20,8 @@ Recorded (trace mode, ../shared/data, 2026-11-23, 2-core machine, nothing else r
                0.166/s (0.56x); Ray 2 workers 0.315/s (1.06x). 6,031 B out, 29,608 B back.
   the same after the simulator's members (c1911cc, 2026-11-24): local 0.562/s; Ray 1 worker
                0.284/s (0.51x); Ray 2 workers 0.504/s (0.90x). Same bytes.
-  the same with the fit's exact Jacobian and half the members' events (8acdca4 + compile
-               change, 2026-11-24, VM ~10% slower that hour): local 0.551/s; Ray 1 worker
+  the same with the fit's exact Jacobian and half the members' events (db3e232,
+               2026-11-24, VM ~10% slower that hour): local 0.551/s; Ray 1 worker
                0.328/s (0.60x); Ray 2 workers 0.551/s (1.00x). Same bytes. Each candidate now
                compiles its gradient too (~0.1 s per worker that runs it).
   once per run: ground truth 19.8 MB, shared states 53.4 MB (143.8 MB with held-out splits).

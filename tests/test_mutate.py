@@ -17,6 +17,7 @@ from evaluator.objectives import Caps
 from evolve.mutate import OPERATORS, OfflineMutator
 from evaluator.program import ProgramError, parse_program
 from seeds import seed_sources
+from mutation_sample import chained_sample
 
 CAPS = Caps(30, 3, 10)
 SEEDS = {name: parse_program(src) for name, src in seed_sources().items()}
@@ -231,17 +232,7 @@ def _same(a: float, b: float) -> bool:
 
 
 def test_compiled_matches_python_on_sample():
-    # a chained sample so that programs carry several mutations (conditionals, pow, ...)
-    rng = random.Random(77)
-    m = OfflineMutator(caps=CAPS, rng=random.Random(78))
-    sample = []
-    for start in SEED_LIST:
-        cur = start
-        for i in range(12):
-            src, _ = m.propose([cur, rng.choice(SEED_LIST)])
-            cur = parse_program(src)
-            if i % 3 == 2:
-                sample.append(cur)
+    sample = chained_sample(SEED_LIST, 12, 77, 78, CAPS)
     assert len(sample) == 4 * len(SEED_LIST)
     xr = np.random.default_rng(5)
     for prog in sample:

@@ -7,7 +7,6 @@ admits, and on a sample of offline mutations."""
 from __future__ import annotations
 
 import math
-import random
 
 import numpy as np
 import pytest
@@ -17,8 +16,8 @@ from evaluator.program import parse_program
 from evaluator.program_grad import compiled_gradient, gradient_source
 from evaluator.step_scoring import predict_rows_grad
 from evaluator.objectives import Caps
-from evolve.mutate import OfflineMutator
 from seeds import seed_sources
+from mutation_sample import chained_sample
 
 EVERY_CONSTRUCT = """
 A = 2.0
@@ -110,17 +109,8 @@ def test_max_follows_the_argument_it_returns():
 
 
 def test_seeds_and_a_mutated_sample():
-    sample = [parse_program(s) for s in seed_sources().values()]
-    m = OfflineMutator(caps=Caps(30, 3, 10), rng=random.Random(11))
-    rng = random.Random(12)
-    seeds = list(sample)
-    for start in seeds:
-        cur = start
-        for i in range(9):
-            src, _ = m.propose([cur, rng.choice(seeds)])
-            cur = parse_program(src)
-            if i % 3 == 2:
-                sample.append(cur)
+    seeds = [parse_program(s) for s in seed_sources().values()]
+    sample = seeds + chained_sample(seeds, 9, 12, 11, Caps(30, 3, 10))
     compared = sum(_check(p, _points(4, k)) for k, p in enumerate(sample))
     assert compared > 100
 
