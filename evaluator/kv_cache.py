@@ -71,6 +71,13 @@ def chain_key(i, block, n_sys, c_sys, c_prompt, c_own, prompt_len, mb):
     return c_own * mb + i
 
 
+@numba.njit(cache=True, inline="always")
+def shared_blocks(block, n_sys, c_sys, c_prompt, prompt_len):
+    """How many of a request's leading blocks have shared keys (scalars only): `chain_key` of
+    block i is a system-prompt or prompt key, found by other requests, exactly for i below it."""
+    return max(n_sys if c_sys >= 0 else 0, prompt_len // block if c_prompt >= 0 else 0)
+
+
 # The operations work on a request's whole block list (one call per request event) and are
 # written out without helper calls: in numba every call with array arguments, inlined or
 # not, costs atomic reference-count updates, which made a per-block helper the hot spot.

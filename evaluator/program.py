@@ -433,6 +433,11 @@ def _check_definite_assignment(func: ast.FunctionDef) -> None:
 
 # ---------------------------------------------------------------- canonical form
 
+def function_body(func: ast.FunctionDef) -> list[ast.stmt]:
+    """The statements of `func` without docstrings (bare string expressions)."""
+    return [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+
+
 class _Canon(ast.NodeTransformer):
     def __init__(self, consts: list[str]):
         self.consts = set(consts)
@@ -463,8 +468,7 @@ class _Canon(ast.NodeTransformer):
 def canonical_source(prog: Program) -> str:
     """Structure only: constant values dropped, locals and constants renamed, math.X -> X."""
     func = parse_source(ast.unparse(prog.func)).body[0]
-    func.body = [s for s in func.body
-                 if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    func.body = function_body(func)
     canon = _Canon(prog.const_names)
     func = canon.visit(func)
     func.args.args = sorted(func.args.args, key=lambda a: COMPONENT_INDEX[a.arg])
@@ -503,8 +507,7 @@ def kernel_source(prog: Program, use_math_module: bool = True) -> str:
         lines.append(f"    {p} = _x[{COMPONENT_INDEX[p]}]")
     for j, name in enumerate(prog.const_names):
         lines.append(f"    {name} = _c[{j}]")
-    body = "\n".join(ast.unparse(s) for s in func.body
-                     if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)))
+    body = "\n".join(ast.unparse(s) for s in function_body(func))
     lines += ["    " + ln for ln in body.splitlines()]
     return "\n".join(lines) + "\n"
 

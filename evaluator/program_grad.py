@@ -19,13 +19,9 @@ import ast
 import numba
 
 from evaluator.components import COMPONENT_INDEX, GRAD_SIGNATURE
-from evaluator.program import Program, call_name, define_function, parse_source
+from evaluator.program import Program, call_name, define_function, function_body, parse_source
 
 __all__ = ["gradient_source", "compiled_gradient"]
-
-
-def _body(func: ast.FunctionDef) -> list[ast.stmt]:
-    return [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
 
 
 def _local_deps(stmts: list[ast.stmt], consts: dict[str, int]) -> dict[str, frozenset[int]]:
@@ -54,7 +50,7 @@ class _Emitter:
         self.consts = {name: j for j, name in enumerate(prog.const_names)}
         self.n = len(self.consts)
         self.params = set(prog.params)
-        self.deps = _local_deps(_body(func), self.consts)
+        self.deps = _local_deps(function_body(func), self.consts)
         self.lines: list[str] = []
         self.indent = 1
         self.k = 0
@@ -243,7 +239,7 @@ def gradient_source(prog: Program) -> str:
     em.lines.append("def _grad(_x, _c, _g):")
     for p in prog.params:
         em.emit(f"{p} = _x[{COMPONENT_INDEX[p]}]")
-    em.block(_body(func))
+    em.block(function_body(func))
     return "\n".join(em.lines) + "\n"
 
 

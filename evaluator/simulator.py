@@ -140,9 +140,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     nxt, prv, ref, bkey, dup, table, cnt = kv.new_pool(max(n_pool, 0), n_keys)
     req_blk = np.empty((n if lru else 1, mb), np.int32)
     n_cached = np.zeros(n, np.int64)  # blocks of r registered in the table
-    n_shared = np.zeros(n, np.int64)  # r's leading blocks whose keys are shared (kv.chain_key)
+    n_shared = np.zeros(n, np.int64)  # r's leading blocks whose keys are shared
     for r in range(n if lru else 0):
-        n_shared[r] = max(n_sys[r] if grp_c[r] >= 0 else 0, prompt_len[r] // block if prm_c[r] >= 0 else 0)
+        n_shared[r] = kv.shared_blocks(block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
     blocks_held_before = np.zeros(n, np.int64)  # blocks r held when last preempted
     hit0 = np.zeros(n, np.int64)  # first-admission hit (tokens)
     ideal0 = np.zeros(n, np.int64)  # always-hit equivalent of it
