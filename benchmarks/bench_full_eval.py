@@ -74,10 +74,35 @@ def _share(stats: pstats.Stats, needle: str) -> float:
     return max((v[3] for k, v in stats.stats.items() if needle in f"{k[0]}:{k[2]}"), default=0.0)
 
 
+def pool_wall(data: str, sources: dict[str, str], names: list[str], repeats: int = 3) -> None:
+    """Wall seconds of one full job as a run makes it, on the local pool with 2 workers: the
+    screen is given, the full job is cut into its split jobs, and the call returns when the
+    joined Evaluation is back. Warm: each program is compiled on both workers first."""
+    from evaluator.holdout import split_labels
+    from evaluator.data import load
+    from evolve.workers import Job, WorkerPool
+    pool = WorkerPool(data, workers=2, timeout_s=600.0, heldout=True, splits=split_labels(load(data).experiments))
+    try:
+        for name in names:
+            src = sources[name]
+            screen = pool.run([Job(0, src, "screen")])[0]
+            pool.run([Job(0, src, "full", screen.constants, screen=screen)])  # compiles on both workers
+            walls = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                res = pool.run([Job(0, src, "full", screen.constants, screen=screen)])[0]
+                walls.append(time.perf_counter() - t0)
+            print(f"{name:20s} full job on the local pool (2 workers), wall: "
+                  + ", ".join(f"{w:.2f}" for w in walls) + f" s (min {min(walls):.2f} s); valid {res.valid}")
+    finally:
+        pool.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="../shared/data")
     ap.add_argument("--programs", default="measured_per_layer,linear_physics,ten_constants")
+    ap.add_argument("--pool", action="store_true", help="also time the full job on the local pool (2 workers)")
     a = ap.parse_args()
     from evaluator.data import load
     from evaluator.evaluate import Evaluator
@@ -118,6 +143,8 @@ def main() -> None:
         slow = max(per, key=per.get)
         print(f"{'':20s} in a run: screen CPU {c1 - c0:.2f} s; its full job cut into {len(per)} splits: "
               f"CPU {sum(per.values()):.2f} s in all, slowest {per[slow]:.2f} s ({slow})")
+    if a.pool:
+        pool_wall(a.data, sources, a.programs.split(","))
 
 
 if __name__ == "__main__":

@@ -89,7 +89,10 @@ class Evaluator:
         self.has_failures = any(m.any() for m in self.failed.values()) or \
             any(s.n_failed for e in self.all_exps for s in e.stages)
         self.holdout_objectives = holdout_objectives
-        self.identify = True  # report which constants the data pins down (not in held-out views)
+        # diagnostics nobody reads in a held-out split's view (`for_split`): which constants the
+        # data pins down, and the per-experiment step MAPE and rank correlation (a split's
+        # Evaluation contributes its rows, constants and errors only: `holdout.kind_block`)
+        self.diagnostics = True
         self._reference: dict[str, np.ndarray] | None = None
         self._grids: dict[str, np.ndarray] | None = None
         self._splits: dict[tuple, "Evaluator"] = {}  # held-out views of this evaluator, made once
@@ -120,7 +123,7 @@ class Evaluator:
         if key not in self._splits:
             view = copy.copy(self)
             view.holdout_objectives = False
-            view.identify = False  # nobody reads a split's identifiability
+            view.diagnostics = False
             view._splits = {}
             view._reference = self.split_reference(lowest_stage=split.kind == "load")
             view._set_split(split)
@@ -407,7 +410,7 @@ class Evaluator:
             if bad2 is None and self._train_loss(f, new, results2) <= self._train_loss(f, consts, results):
                 consts, results = new, results2
         ev = self._score(f, consts, results, overheads)
-        if ev.valid and fit and constants is None and self.identify:
+        if ev.valid and fit and constants is None and self.diagnostics:
             ev = replace(ev, identifiability=self._identifiability(program, consts, results if refine else None))
         if kinds and ev.valid:
             ev = holdout_scores(self, program, ev, fit=fit and constants is None, overheads=overheads, kinds=kinds)
@@ -585,7 +588,8 @@ class Evaluator:
             work = rows.X[:, COMPONENT_INDEX["P"]] + rows.X[:, COMPONENT_INDEX["D"]] > 0  # idle rows run nothing
             if not np.all(np.isfinite(pred[work]) & (pred[work] >= 1.0)):
                 return self._invalid(f"invalid prediction on real step rows of {model}", time.perf_counter())
-            steps.update(step_metrics(pred, rows, "test" if self.holdout is None else "all"))
+            if self.diagnostics:
+                steps.update(step_metrics(pred, rows, "test" if self.holdout is None else "all"))
         timed = [x for x in scores if x["e2e_err"] is not None]  # stages scored on latency
         e2e = [x["e2e_err"] for x in timed]
         mape = [v["step_mape"] for v in steps.values() if math.isfinite(v["step_mape"])]

@@ -123,7 +123,8 @@ class FitProblem:
 
     Layout: per stage an invalid-prediction penalty and the per-token residual; one one-sided
     TTFT residual per stage with prefills; the step rows; the floor rows and grid pairs of the
-    constraint working set; the prior. Per-stage sums are one compiled pass (`_stage_sums`).
+    constraint working set; the prior. Two compiled passes fill it in place: the per-stage sums
+    over the states (`_stage_sums`), then the step rows and the hinges (`_row_blocks`).
     """
 
     def __init__(self, predict, grad, x0, stages, rows, cons):
@@ -157,6 +158,7 @@ class FitProblem:
         sumNP = np.bincount(self.seg[on], weights=NP[on], minlength=len(stages))
         self.w_np = np.where(on, NP / np.where(on, sumNP[self.seg], 1.0), 0.0) if stages else np.zeros(0)
         self._no_jac = np.zeros((self.n_st, 0))
+        self._no_jr = np.zeros((0, 0))
         self.Ry = np.zeros(0)
         if rows:
             sel = [r.train & r.has_target for r in rows]
@@ -210,53 +212,57 @@ class FitProblem:
         self._cache = (c.copy(), p)
         return p
 
-    def _parts(self, p, J=None):
-        """Residual blocks and (with J = d pred / d c) their Jacobian blocks."""
-        out, jac = [], []
-        n = self.x0.size
+    def _assemble(self, c, p, J=None):
+        """The residual vector at constants c, whose predictions are p, and with J = d pred / d c
+        its Jacobian (else None). The stage residuals come from one pass over the states
+        (`_stage_sums`), the step rows and the working set's hinges from another (`_row_blocks`),
+        written in place; a non-finite residual becomes INVALID_PENALTY with a zero row."""
+        n, ns, nt = self.x0.size, len(self.targets), len(self.tt_target)
+        nr = len(self.Ry)
+        nf, npair = (len(self.work.floor_pos), len(self.work.lo_pos)) if self.n_cons else (0, 0)
+        head = 2 * ns + nt if self.n_st else 0
+        m = head + nr + nf + npair + n
+        r = np.empty(m)
+        Jr = np.zeros((m, n)) if J is not None else self._no_jr
         with np.errstate(all="ignore"):
             if self.n_st:
                 Js = J[:self.n_st] if J is not None else self._no_jac
                 bad, itl, S1, S2, Snp, J_itl, J_s1, J_ps, J_np = _stage_sums(
-                    p[:self.n_st], Js, self.seg, self.w_itl, self.rank, self.w_np, len(self.targets), len(self.tt_target))
-                out.append(INVALID_PENALTY * 10.0 * bad / np.maximum(self.lens, 1))
-                out.append(STAGE_WEIGHT * (itl - self.targets) / self.targets)
+                    p[:self.n_st], Js, self.seg, self.w_itl, self.rank, self.w_np, ns, nt)
+                r[:ns] = INVALID_PENALTY * 10.0 * bad / np.maximum(self.lens, 1)
+                r[ns:2 * ns] = STAGE_WEIGHT * (itl - self.targets) / self.targets
                 proxy = S2 / (2.0 * S1) + Snp
                 over = np.maximum(0.0, proxy - self.tt_target) / self.tt_target
-                out.append(TTFT_WEIGHT * over)
+                r[2 * ns:head] = TTFT_WEIGHT * over
                 if J is not None:
-                    jac.append(np.zeros((len(self.targets), n)))
-                    jac.append(STAGE_WEIGHT * J_itl / self.targets[:, None])
+                    Jr[ns:2 * ns] = STAGE_WEIGHT * J_itl / self.targets[:, None]
                     dproxy = J_ps / S1[:, None] - (S2 / (2.0 * S1 * S1))[:, None] * J_s1 + J_np
-                    jac.append(TTFT_WEIGHT * np.where((over > 0)[:, None], dproxy / self.tt_target[:, None], 0.0))
-            nr = len(self.Ry)
-            if nr:
-                pr = p[self.n_st:self.n_st + nr]
-                bad = ~np.isfinite(pr) | (pr < 1.0)
-                r = (np.where(bad, 1.0, pr) - self.Ry) / self.Ry
-                out.append(self.row_w * np.where(bad, INVALID_PENALTY, r))
-                if J is not None:
-                    jac.append(np.where(bad[:, None], 0.0, self.row_w * J[self.n_st:self.n_st + nr] / self.Ry[:, None]))
-            if self.n_cons:
-                pc = p[self.n_st + nr:]
-                below, fall, d_below, d_lo, d_hi = self.work.penalties(pc)
-                out.append(self.heavier * self.w_floor * below)
-                out.append(self.heavier * self.w_mono * fall)
-                if J is not None:
-                    Jc = J[self.n_st + nr:]
-                    jac.append(self.heavier * self.w_floor * d_below[:, None] * Jc[self.work.floor_pos])
-                    jac.append(self.heavier * self.w_mono * (d_lo[:, None] * Jc[self.work.lo_pos]
-                                                             + d_hi[:, None] * Jc[self.work.hi_pos]))
-        return out, jac
+                    Jr[2 * ns:head] = TTFT_WEIGHT * np.where((over > 0)[:, None], dproxy / self.tt_target[:, None], 0.0)
+            if nr + nf + npair:
+                if self.n_cons:
+                    w = self.work
+                    fpos, fl, lo, hi, allow = w.floor_pos, w.floor, w.lo_pos, w.hi_pos, w.allow
+                    wf, wm = self.heavier * self.w_floor, self.heavier * self.w_mono
+                else:
+                    fpos, fl, lo, hi, allow, wf, wm = _NO_ROWS, _NO_VALS, _NO_ROWS, _NO_ROWS, _NO_VALS, 0.0, 0.0
+                _row_blocks(p, J if J is not None else self._no_jac, J is not None, self.n_st, self.Ry, self.row_w,
+                            fpos, fl, lo, hi, allow, wf, wm, r[head:m - n], Jr[head:m - n])
+            # a faint pull towards the declared values: it decides only the directions the data
+            # does not feel (OVERHEAD against EFFICIENCY * t_weights for a dense model), which
+            # otherwise drift to +-1e6 pairs that cancel (evaluator.identify reports them)
+            r[m - n:] = PRIOR_WEIGHT * (c - self.x0) / self.prior_scale
+            if J is not None:
+                Jr[m - n:] = np.diag(PRIOR_WEIGHT / self.prior_scale)
+        bad = ~np.isfinite(r)
+        if bad.any():
+            r[bad] = INVALID_PENALTY
+            if J is not None:
+                Jr[bad] = 0.0
+        return r, Jr
 
     def residuals(self, c) -> np.ndarray:
-        out, _ = self._parts(self._pred(c))
-        # a faint pull towards the declared values: it decides only the directions the data
-        # does not feel (OVERHEAD against EFFICIENCY * t_weights for a dense model), which
-        # otherwise drift to +-1e6 pairs that cancel (evaluator.identify reports them)
-        out.append(PRIOR_WEIGHT * (c - self.x0) / self.prior_scale)
-        r = np.concatenate(out)
-        return np.where(np.isfinite(r), r, INVALID_PENALTY)
+        c = np.asarray(c, dtype=np.float64)
+        return self._assemble(c, self._pred(c))[0]
 
     def jacobian(self, c) -> np.ndarray:
         """d residuals / d c: the predictions' exact derivatives (the program's generated
@@ -265,14 +271,73 @@ class FitProblem:
         p, J = predict_rows_grad(self.grad, self.XA, c)
         self._cache = (c.copy(), p)  # the same values as predict_rows (bit-identical kernels)
         J[~np.isfinite(J)] = 0.0
-        out, jac = self._parts(p, J)
-        out.append(PRIOR_WEIGHT * (c - self.x0) / self.prior_scale)
-        jac.append(np.diag(PRIOR_WEIGHT / self.prior_scale))
-        r = np.concatenate(out)
-        Jr = np.vstack(jac)
-        Jr[~np.isfinite(r)] = 0.0
+        Jr = self._assemble(c, p, J)[1]
         Jr[~np.isfinite(Jr)] = 0.0
         return Jr
+
+
+_NO_ROWS = np.zeros(0, np.int64)
+_NO_VALS = np.zeros(0)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _row_blocks(p, J, jac, n_st, Ry, row_w, floor_pos, floor, lo_pos, hi_pos, allow, w_floor, w_mono, r, Jr):
+    """Residuals (and with `jac` their Jacobian rows) of the step rows, then the working set's
+    floor rows and grid pairs, into r and Jr from row 0. p and J hold the states first (n_st
+    rows), then the step rows, then the working set's constraint rows.
+
+    Step row: its relative error (an invalid prediction, NaN or < 1 us: INVALID_PENALTY).
+    Floor row: the relative shortfall below the floor with the fit's margin (`floor` has it;
+    a non-finite prediction: 2). Pair (lo, hi) of a grid line: the relative fall from lo to
+    hi beyond what the measured components allow, plus MONO_MARGIN, where positive (a pair
+    with a non-finite end: counted from 0 and 0, without derivative)."""
+    n = J.shape[1]
+    nr = Ry.shape[0]
+    c0 = n_st + nr  # first constraint row in p
+    o = 0
+    for i in range(nr):
+        v = p[n_st + i]
+        if np.isfinite(v) and v >= 1.0:
+            r[o] = row_w * ((v - Ry[i]) / Ry[i])
+            if jac:
+                for k in range(n):
+                    Jr[o, k] = row_w * J[n_st + i, k] / Ry[i]
+        else:
+            r[o] = row_w * INVALID_PENALTY
+        o += 1
+    for f in range(floor_pos.shape[0]):
+        x = p[c0 + floor_pos[f]]
+        denom = max(floor[f], 1e-9)
+        if np.isfinite(x):
+            below = max(0.0, (floor[f] - x) / denom)
+            r[o] = w_floor * below
+            if jac and below > 0.0:
+                d = w_floor * (-1.0 / denom)
+                for k in range(n):
+                    Jr[o, k] = d * J[c0 + floor_pos[f], k]
+        else:
+            r[o] = w_floor * 2.0
+        o += 1
+    for q in range(lo_pos.shape[0]):
+        a = p[c0 + lo_pos[q]]
+        b = p[c0 + hi_pos[q]]
+        fin = np.isfinite(a) and np.isfinite(b)
+        if not fin:
+            a = 0.0
+            b = 0.0
+        m = max(max(abs(a), abs(b)), 1e-9)
+        fall = max(0.0, (a - b) / m - allow[q] + MONO_MARGIN)
+        r[o] = w_mono * fall
+        if jac and fin and fall > 0.0:
+            if abs(a) >= abs(b):
+                d_lo = (m - (a - b) * np.sign(a)) / (m * m)
+                d_hi = -1.0 / m
+            else:
+                d_lo = 1.0 / m
+                d_hi = (-m - (a - b) * np.sign(b)) / (m * m)
+            for k in range(n):
+                Jr[o, k] = w_mono * (d_lo * J[c0 + lo_pos[q], k] + d_hi * J[c0 + hi_pos[q], k])
+        o += 1
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -305,66 +370,57 @@ def _stage_sums(ps, J, seg, w_itl, rank, w_np, n_stage, n_tt):
             s2[r] += v * v
             snp[r] += w_np[i] * v
         if ok and n:
+            w = w_itl[i]
             for k in range(n):
-                d = J[i, k]
-                j_itl[s, k] += w_itl[i] * d
-                if r >= 0:
+                j_itl[s, k] += w * J[i, k]
+            if r >= 0:
+                wn = w_np[i]
+                for k in range(n):
+                    d = J[i, k]
                     j_s1[r, k] += d
                     j_ps[r, k] += v * d
-                    j_np[r, k] += w_np[i] * d
+                    j_np[r, k] += wn * d
     return bad, itl, s1, s2, snp, j_itl, j_s1, j_ps, j_np
 
 
 class _ActiveSet:
     """The constraint rows (floor) and grid pairs (monotonicity) a fit carries: an evenly spaced
-    start plus whatever is active at the starting constants, grown by `grow`."""
+    start plus whatever is active at the starting constants, grown by `grow`. Kept as masks
+    over all rows and pairs, so the indices stay sorted and unique without set operations."""
 
     def __init__(self, cons: Constraints, pred0: np.ndarray):
         self.cons = cons
         below, fall = constraint_residuals(pred0, cons, FLOOR_MARGIN, MONO_MARGIN)
-        self.floor_idx = np.union1d(subsample(len(cons.X), WORKING_SET_START), np.flatnonzero(below > 0))
-        self.pair_idx = np.union1d(subsample(len(cons.lo), WORKING_SET_START), np.flatnonzero(fall > 0))
+        self.in_floor = below > 0
+        self.in_floor[subsample(len(cons.X), WORKING_SET_START)] = True
+        self.in_pair = fall > 0
+        self.in_pair[subsample(len(cons.lo), WORKING_SET_START)] = True
         self._index()
 
     def _index(self):
         c = self.cons
-        self.rows = np.union1d(self.floor_idx, np.union1d(c.lo[self.pair_idx], c.hi[self.pair_idx])).astype(np.int64)
-        pos = lambda idx: np.searchsorted(self.rows, idx)  # noqa: E731
-        self.floor_pos, self.lo_pos, self.hi_pos = pos(self.floor_idx), pos(c.lo[self.pair_idx]), pos(c.hi[self.pair_idx])
+        self.floor_idx = np.flatnonzero(self.in_floor)
+        self.pair_idx = np.flatnonzero(self.in_pair)
+        lo, hi = c.lo[self.pair_idx], c.hi[self.pair_idx]
+        carried = self.in_floor.copy()
+        carried[lo] = True
+        carried[hi] = True
+        self.rows = np.flatnonzero(carried)
+        pos = np.cumsum(carried) - 1  # a carried row's position among the carried rows
+        self.floor_pos, self.lo_pos, self.hi_pos = pos[self.floor_idx], pos[lo], pos[hi]
         self.floor = c.floor[self.floor_idx] * (1.0 + FLOOR_MARGIN)
-        self.allow = c.allow[self.pair_idx] if c.allow is not None else 0.0
+        self.allow = c.allow[self.pair_idx] if c.allow is not None else np.zeros(len(self.pair_idx))
 
     def grow(self, pred_all: np.ndarray) -> bool:
         below, fall = constraint_residuals(pred_all, self.cons, FLOOR_MARGIN, MONO_MARGIN)
-        new_f = np.setdiff1d(np.flatnonzero(below > 0), self.floor_idx)
-        new_p = np.setdiff1d(np.flatnonzero(fall > 0), self.pair_idx)
-        if not len(new_f) and not len(new_p):
+        new_f = (below > 0) & ~self.in_floor
+        new_p = (fall > 0) & ~self.in_pair
+        if not new_f.any() and not new_p.any():
             return False
-        self.floor_idx = np.union1d(self.floor_idx, new_f)
-        self.pair_idx = np.union1d(self.pair_idx, new_p)
+        self.in_floor |= new_f
+        self.in_pair |= new_p
         self._index()
         return True
-
-    def penalties(self, pc: np.ndarray):
-        """(floor shortfalls, pair falls) as `constraint_residuals` with the fit's margins, and
-        their derivatives: d below / d pred per floor row, d fall / d pred(lo), d pred(hi) per pair."""
-        fl = self.floor
-        p = np.where(np.isfinite(pc), pc, -np.inf)
-        pf = p[self.floor_pos]
-        fin = np.isfinite(pf)
-        denom = np.maximum(fl, 1e-9)
-        below = np.where(fin, np.maximum(0.0, (fl - pf) / denom), 2.0)
-        d_below = np.where(fin & (below > 0), -1.0 / denom, 0.0)
-        a, b = p[self.lo_pos], p[self.hi_pos]
-        fin = np.isfinite(a) & np.isfinite(b)
-        a, b = np.where(fin, a, 0.0), np.where(fin, b, 0.0)
-        m = np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-9)
-        fall = np.maximum(0.0, (a - b) / m - self.allow + MONO_MARGIN)
-        on = fall > 0
-        a_big = np.abs(a) >= np.abs(b)
-        d_lo = np.where(a_big, (m - (a - b) * np.sign(a)) / (m * m), 1.0 / m)
-        d_hi = np.where(a_big, -1.0 / m, (-m - (a - b) * np.sign(b)) / (m * m))
-        return below, fall, d_below, np.where(on & fin, d_lo, 0.0), np.where(on & fin, d_hi, 0.0)
 
 
 @dataclass

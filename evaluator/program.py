@@ -31,6 +31,7 @@ import numba
 import numpy as np
 
 from evaluator.components import COMPONENT_INDEX, COMPONENTS, PREDICTOR_SIGNATURE, PREDICTOR_TYPE
+from evaluator.native import NativeFunction
 
 FUNC_NAME = "predict_step_time"
 ALLOWED_CALLS = {"max", "min", "abs", "sqrt", "log", "exp", "pow"}
@@ -111,11 +112,12 @@ class Program:
             self._py = _exec_kernel(self, use_math_module=True)
         return self._py
 
-    def compiled(self):
-        """numba-compiled f(x, c) with the fixed signature the evaluator expects."""
+    def compiled(self) -> NativeFunction:
+        """numba-compiled f(x, c) with the fixed signature the evaluator expects, as compiled
+        callers take it (`evaluator.native`); callable from Python too."""
         if self._jit is None:
             fn = _exec_kernel(self, use_math_module=True)
-            self._jit = numba.njit(SIGNATURE, error_model="numpy", fastmath=False)(fn)
+            self._jit = NativeFunction(numba.njit(SIGNATURE, error_model="numpy", fastmath=False)(fn), PREDICTOR_TYPE)
         return self._jit
 
     def with_constants(self, values) -> str:
