@@ -159,6 +159,8 @@ class FitProblem:
         self.w_np = np.where(on, NP / np.where(on, sumNP[self.seg], 1.0), 0.0) if stages else np.zeros(0)
         self._no_jac = np.zeros((self.n_st, 0))
         self._no_jr = np.zeros((0, 0))
+        self._tt_all = np.ones(len(self.tt_target), np.bool_)
+        self._vals: tuple | None = None  # (c, value sums of the states at c)
         self.Ry = np.zeros(0)
         if rows:
             sel = [r.train & r.has_target for r in rows]
@@ -226,13 +228,16 @@ class FitProblem:
         Jr = np.zeros((m, n)) if J is not None else self._no_jr
         with np.errstate(all="ignore"):
             if self.n_st:
-                Js = J[:self.n_st] if J is not None else self._no_jac
-                bad, itl, S1, S2, Snp, J_itl, J_s1, J_ps, J_np = _stage_sums(
-                    p[:self.n_st], Js, self.seg, self.w_itl, self.rank, self.w_np, ns, nt)
-                r[:ns] = INVALID_PENALTY * 10.0 * bad / np.maximum(self.lens, 1)
-                r[ns:2 * ns] = STAGE_WEIGHT * (itl - self.targets) / self.targets
+                ps = p[:self.n_st]
+                vals = self._stage_values(c, ps)
+                bad, itl, S1, S2, Snp = vals
                 proxy = S2 / (2.0 * S1) + Snp
                 over = np.maximum(0.0, proxy - self.tt_target) / self.tt_target
+                if J is not None:  # the derivative sums; a TTFT residual at 0 (most) needs none
+                    _, _, _, _, _, J_itl, J_s1, J_ps, J_np = _stage_sums(
+                        ps, J[:self.n_st], self.seg, self.w_itl, self.rank, self.w_np, ns, nt, over > 0)
+                r[:ns] = INVALID_PENALTY * 10.0 * bad / np.maximum(self.lens, 1)
+                r[ns:2 * ns] = STAGE_WEIGHT * (itl - self.targets) / self.targets
                 r[2 * ns:head] = TTFT_WEIGHT * over
                 if J is not None:
                     Jr[ns:2 * ns] = STAGE_WEIGHT * J_itl / self.targets[:, None]
@@ -259,6 +264,15 @@ class FitProblem:
             if J is not None:
                 Jr[bad] = 0.0
         return r, Jr
+
+    def _stage_values(self, c, ps) -> tuple:
+        """The value sums of `_stage_sums` at c, kept for the Jacobian that scipy asks for next
+        at the same c (it decides which TTFT residuals are active)."""
+        if self._vals is None or not np.array_equal(self._vals[0], c):
+            self._vals = (np.array(c, dtype=np.float64), _stage_sums(
+                ps, self._no_jac, self.seg, self.w_itl, self.rank, self.w_np, len(self.targets),
+                len(self.tt_target), self._tt_all)[:5])
+        return self._vals[1]
 
     def residuals(self, c) -> np.ndarray:
         c = np.asarray(c, dtype=np.float64)
@@ -341,11 +355,12 @@ def _row_blocks(p, J, jac, n_st, Ry, row_w, floor_pos, floor, lo_pos, hi_pos, al
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _stage_sums(ps, J, seg, w_itl, rank, w_np, n_stage, n_tt):
+def _stage_sums(ps, J, seg, w_itl, rank, w_np, n_stage, n_tt, tt_jac):
     """The per-stage sums the stage residuals are made of, in one pass over the states: the
     count of invalid predictions (NaN, infinite or < 1 us; counted as 1 us), the D-weighted
     prediction, and for TTFT stages (rank >= 0) sum(dt), sum(dt^2) and the NP-weighted dt; with
-    J (d pred / d c, one column per constant) the same sums of its rows (invalid rows left out)."""
+    J (d pred / d c, one column per constant) the same sums of its rows (invalid rows left out),
+    those of the TTFT terms only where `tt_jac` (by rank) asks for them (zeros elsewhere)."""
     n = J.shape[1]
     bad = np.zeros(n_stage)
     itl = np.zeros(n_stage)
@@ -373,7 +388,7 @@ def _stage_sums(ps, J, seg, w_itl, rank, w_np, n_stage, n_tt):
             w = w_itl[i]
             for k in range(n):
                 j_itl[s, k] += w * J[i, k]
-            if r >= 0:
+            if r >= 0 and tt_jac[r]:
                 wn = w_np[i]
                 for k in range(n):
                     d = J[i, k]

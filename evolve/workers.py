@@ -8,6 +8,7 @@ Workers are recycled every `recycle` programs compiled because each keeps ~1 MiB
 from __future__ import annotations
 
 import functools
+import math
 import multiprocessing as mp
 import time
 from dataclasses import dataclass, replace
@@ -131,6 +132,7 @@ class Executor:
         self._killed: set[tuple] = set()  # (batch, index) of candidates with a killed job
         self.pending: list[Job] = []
         self._gather: dict[int, dict] = {}  # id(cut full job) -> its splits' results so far, by label
+        self._split_seconds: dict[str, float] = {}  # label -> recent seconds of its split jobs
 
     @property
     def killed(self) -> int:
@@ -144,12 +146,20 @@ class Executor:
         jobs = [job]
         if job.kind == "full" and self.heldout and self.splits and job.screen is not None and job.screen.valid:
             jobs = [Job(job.index, job.source, "split", split=label, overheads=job.screen.overheads, batch=job.batch,
-                        part_of=job) for label in self.splits]
+                        part_of=job) for label in self._longest_first()]
             self._gather[id(job)] = {}
         if first:
             self.pending[:0] = jobs
         else:
             self.pending.extend(jobs)
+
+    def _longest_first(self) -> list[str]:
+        """The split labels, the slowest first as recent split jobs measured them (those not
+        yet measured before all, in label order): the longest-processing-time-first rule,
+        so a full job's last split to start is a short one and its workers finish together
+        (on 2 workers ~0.1 s of a ~1.3 s full job). Results are joined by label whatever
+        the order (`_join`)."""
+        return sorted(self.splits, key=lambda label: -self._split_seconds.get(label, math.inf))
 
     def spare(self) -> int:
         """Workers that would sit idle: free ones beyond the jobs waiting for one."""
@@ -179,6 +189,9 @@ class Executor:
                 out.append((job, res))
                 continue
             got[job.split] = res
+            if res.seconds and math.isfinite(res.seconds):  # a moving mean of the split's cost
+                last = self._split_seconds.get(job.split, res.seconds)
+                self._split_seconds[job.split] = 0.7 * last + 0.3 * res.seconds
             if len(got) == len(self.splits):
                 del self._gather[id(job.part_of)]
                 out.append((job.part_of, self._join(job.part_of, got)))

@@ -205,6 +205,9 @@ def test_an_executor_joins_split_jobs_into_the_one_process_evaluation(ev):
     # a split that failed on its worker fails its kind only, as in one process
     ex.submit(full)
     cut = list(ex.pending[-8:])
+    # the next full job is cut slowest split first, as the splits just measured (longest first)
+    assert set(ex._split_seconds) == set(labels)
+    assert [j.split for j in cut] == sorted(labels, key=lambda label: -ex._split_seconds[label])
     ex._poll = lambda: [(j, Evaluation(valid=False, error="worker died") if j.split == "load" else
                          wire(ev.evaluate_split(p, j.split, j.overheads))) for j in cut]
     (_, joined), = ex.poll()
