@@ -24,6 +24,10 @@ Recorded (trace mode, ../shared/data, 2026-11-23, 2-core machine, nothing else r
                2026-11-24, VM ~10% slower that hour): local 0.551/s; Ray 1 worker
                0.328/s (0.60x); Ray 2 workers 0.551/s (1.00x). Same bytes. Each candidate now
                compiles its gradient too (~0.1 s per worker that runs it).
+  the same with the fit's cheaper iterations and full jobs cut slowest split first (ee3d0b1,
+               2026-11-24): local 0.768/s; Ray 1 worker 0.401/s (0.52x); Ray 2 workers
+               0.662/s (0.86x). 6,031 B out, 28,621 B back (split jobs no longer send step
+               diagnostics nobody reads).
   once per run: ground truth 19.8 MB, shared states 53.4 MB (143.8 MB with held-out splits).
 """
 from __future__ import annotations
