@@ -114,10 +114,11 @@ class Program:
 
     def compiled(self) -> NativeFunction:
         """numba-compiled f(x, c) with the fixed signature the evaluator expects, as compiled
-        callers take it (`evaluator.native`); callable from Python too."""
+        callers take it (`evaluator.native`); callable from Python too (`call_predictor`)."""
         if self._jit is None:
             fn = _exec_kernel(self, use_math_module=True)
-            self._jit = NativeFunction(numba.njit(SIGNATURE, error_model="numpy", fastmath=False)(fn), PREDICTOR_TYPE)
+            jit = numba.njit(SIGNATURE, error_model="numpy", fastmath=False, no_cpython_wrapper=True)(fn)
+            self._jit = NativeFunction(jit, PREDICTOR_TYPE, call_predictor)
         return self._jit
 
     def with_constants(self, values) -> str:
@@ -128,6 +129,17 @@ class Program:
             if isinstance(node, ast.Assign) and node.targets[0].id in vals:
                 node.value = ast.Constant(vals[node.targets[0].id])
         return ast.unparse(tree) + "\n"
+
+
+@numba.njit((PREDICTOR_TYPE, numba.float64[::1], numba.float64[::1]), cache=True, error_model="numpy")
+def _call_compiled(f, x, c):
+    return f(x, c)
+
+
+def call_predictor(f, x, c) -> float:
+    """f(x, c) from Python for a compiled program (`Program.compiled()`, which has no CPython
+    wrapper of its own): one call of the same compiled code, through a compiled caller."""
+    return _call_compiled(f, np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(c, dtype=np.float64))
 
 
 # ---------------------------------------------------------------- validation
