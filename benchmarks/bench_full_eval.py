@@ -89,14 +89,13 @@ def _share(stats: pstats.Stats, needle: str) -> float:
     return max((v[3] for k, v in stats.stats.items() if needle in f"{k[0]}:{k[2]}"), default=0.0)
 
 
-def pool_wall(data: str, sources: dict[str, str], names: list[str], repeats: int = 3) -> None:
+def pool_wall(data: str, splits: list[str], sources: dict[str, str], names: list[str], repeats: int = 3) -> None:
     """Wall seconds of one full job as a run makes it, on the local pool with 2 workers: the
-    screen is given, the full job is cut into its split jobs, and the call returns when the
-    joined Evaluation is back. Warm: each program is compiled on both workers first."""
-    from evaluator.holdout import split_labels
-    from evaluator.data import load
+    screen is given, the full job is cut into its split jobs (`splits`: their labels), and the
+    call returns when the joined Evaluation is back. Warm: each program is compiled on both
+    workers first."""
     from evolve.workers import Job, WorkerPool
-    pool = WorkerPool(data, workers=2, timeout_s=600.0, heldout=True, splits=split_labels(load(data).experiments))
+    pool = WorkerPool(data, workers=2, timeout_s=600.0, heldout=True, splits=splits)
     try:
         for name in names:
             src = sources[name]
@@ -161,7 +160,7 @@ def main() -> None:
         print(f"{'':20s} in a run: screen CPU {c1 - c0:.2f} s; its full job cut into {len(per)} splits: "
               f"CPU {sum(per.values()):.2f} s in all, slowest {per[slow]:.2f} s ({slow})")
     if a.pool:
-        pool_wall(a.data, sources, a.programs.split(","))
+        pool_wall(a.data, split_labels(ev.all_exps), sources, a.programs.split(","))
 
 
 if __name__ == "__main__":
