@@ -32,7 +32,8 @@ running order is one: members advance implicitly (their token counts are stored 
 steps since the last write-back), each keeps one pending event (a block to allocate, a block
 of its shared prompt to register, its last token) in a ring of the next steps, and the
 members' share of a step's aggregates is kept as running sums (a filled block of generated
-tokens gets its private hash at the member's next event: nobody can see it meanwhile). A
+tokens gets its private hash when the member finishes or is written back, in one call:
+only this request after a preemption, or an eviction once the block is freed, can see it). A
 step then costs its events and the other requests
 (prefill chunks, admissions), not the batch; a step of members alone has its predicted cycle
 looked up by (batch, KV blocks) once seen (the program is a pure function). Members are
@@ -99,8 +100,8 @@ def _next_event(blocks, computed, n_cached, fin_at, block, lru, s, n_shared):
 
     A filled block past the shared prefix (`n_shared` blocks) gets a hash only this request
     can find (after a preemption) and that only an eviction of the freed block observes; a
-    member holds its blocks, so that registration waits for its next event, its finish or the
-    write-back, which halves a decoding member's events."""
+    member holds its blocks, so those registrations wait for its finish or the write-back
+    (one call for all of them, not one per block), which halves a decoding member's events."""
     nx = min(blocks * block - computed + 1, fin_at)
     if lru and n_cached < n_shared:
         nx = min(nx, max(s + 1, (n_cached + 1) * block - computed))
@@ -294,9 +295,10 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     blocks[r] += 1
                     tot_blocks += 1
                 if lru:
-                    lim = min(end, prompt_len[r] + generated[r] + s - 1)
-                    if lim >= (n_cached[r] + 1) * block:
-                        full = lim // block
+                    full = min(end, prompt_len[r] + generated[r] + s - 1) // block
+                    if fin_at[j] != s:
+                        full = min(full, n_shared[r])  # its private blocks wait (module docstring)
+                    if full > n_cached[r]:
                         kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
                                         grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
                         n_cached[r] = full

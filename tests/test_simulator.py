@@ -98,7 +98,7 @@ def test_steady_decode_stretches_are_bit_identical_to_the_general_step(evaluator
     p = parse_program(KV_PROGRAM)
     f, c = p.compiled(), p.initial_constants
     ev = evaluator
-    seen = {"pre": 0, "evict": 0, "timeout": 0}
+    seen = {"pre": 0, "evict": 0, "timeout": 0, "restart_hit": 0}
     for e in ev.exps[:4]:
         wl = ev.wl[e.id]
         cut = min(len(wl.arrival_us), 1500)
@@ -115,4 +115,7 @@ def test_steady_decode_stretches_are_bit_identical_to_the_general_step(evaluator
             seen["pre"] += fast.n_preempted
             seen["evict"] += fast.n_evictions
             seen["timeout"] += int(fast.timed_out.sum())
+            # a preempted request hitting its own blocks of generated tokens again: they got
+            # their hashes late (at a member's write-back), which only this path can observe
+            seen["restart_hit"] += int((fast.req_stats[:, S.RESTART_HIT] > wl.prompt_len).sum())
     assert min(seen.values()) > 0, seen  # every hard path was exercised
