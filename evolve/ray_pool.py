@@ -41,6 +41,8 @@ class _RayWorker:
     def __init__(self, gt, shared: dict, train_fraction: float):
         self.ev = Evaluator(gt, train_fraction=train_fraction)
         self.ev.adopt_states(shared)
+        if "split" in shared:  # a run with held-out objectives: its split jobs' views, made now
+            self.ev.prepare_heldout()
 
     def ready(self) -> tuple[int, str]:
         """(process id, node id): answered once the Evaluator exists."""

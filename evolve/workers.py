@@ -87,10 +87,12 @@ def run_job(ev: Evaluator, message: tuple) -> dict:
     return res.to_json()
 
 
-def _worker_main(conn, data_dir, train_fraction):
+def _worker_main(conn, data_dir, train_fraction, heldout=False):
     die_with_parent()  # a killed driver takes its workers with it
     ev = Evaluator(load(data_dir), train_fraction=train_fraction)
     ev.reference_states()
+    if heldout:
+        ev.prepare_heldout()
     conn.send(("ready", None))
     while True:
         msg = conn.recv()
@@ -100,9 +102,9 @@ def _worker_main(conn, data_dir, train_fraction):
 
 
 class _Worker:
-    def __init__(self, ctx, data_dir, train_fraction):
+    def __init__(self, ctx, data_dir, train_fraction, heldout=False):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, data_dir, train_fraction), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, data_dir, train_fraction, heldout), daemon=True)
         self.proc.start()
         self.programs: set[str] = set()  # sources it has compiled (recycled at `recycle` of them)
         self.job: Job | None = None
@@ -231,7 +233,7 @@ class WorkerPool(Executor):
                  splits=()):
         super().__init__(timeout_s, heldout, splits)
         self.ctx = mp.get_context("spawn")
-        self.args = (data_dir, train_fraction)
+        self.args = (data_dir, train_fraction, bool(heldout and splits))  # split jobs to come: prepare their views
         self.recycle = recycle
         self.workers = [_Worker(self.ctx, *self.args) for _ in range(max(1, workers))]
 
@@ -260,11 +262,7 @@ class WorkerPool(Executor):
                 elif not w.proc.is_alive():
                     self._replace(i)
                 continue
-            if w.job is None and self.pending:
-                w.job = self.pending.pop(0)
-                w.started = time.monotonic()
-                w.conn.send(job_message(w.job, self.heldout))
-            elif w.job is not None:
+            if w.job is not None:
                 if w.conn.poll(0):
                     try:
                         _, res = w.conn.recv()
@@ -278,11 +276,17 @@ class WorkerPool(Executor):
                     if len(w.programs) >= self.recycle:
                         w.conn.send(None)
                         self._replace(i)
+                        continue  # its successor takes jobs once ready
                 elif time.monotonic() - w.started > self._limit(w.job) or not w.proc.is_alive():
                     why = "killed: over the wall-clock limit" if w.proc.is_alive() else "worker died"
                     results.append((w.job, Evaluation(valid=False, error=f"{why} ({self._limit(w.job):.0f} s)")))
                     self._count_kill(w.job)
                     self._replace(i)
+                    continue
+            if w.job is None and self.pending:  # free, or just freed: its next job goes out now
+                w.job = self.pending.pop(0)
+                w.started = time.monotonic()
+                w.conn.send(job_message(w.job, self.heldout))
         return results
 
     def close(self):

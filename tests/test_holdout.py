@@ -213,3 +213,23 @@ def test_an_executor_joins_split_jobs_into_the_one_process_evaluation(ev):
     (_, joined), = ex.poll()
     assert joined.holdout["load"]["errors"] == {"load": "worker died"}
     assert math.isinf(joined.objectives["load_e2e"]) and joined.objectives["lowo_e2e"] == whole.objectives["lowo_e2e"]
+
+
+def test_prepared_split_views_are_the_ones_a_run_uses(gt, ev):
+    """A worker prepares every split view as it starts (`Evaluator.prepare_heldout`): the
+    split jobs of a run then make no view and no fitting state of their own, and score the
+    same as on an evaluator that made them on first use."""
+    from evaluator.holdout import split_labels
+    p = parse_program(seed_sources()["linear_physics"])
+    fresh = Evaluator(gt)
+    fresh.prepare_heldout()
+    caches = lambda e: {k: (set(v._ref_states_cache), set(v._cons_cache), set(v._probe_cache))  # noqa: E731
+                        for k, v in e._splits.items()}
+    made = caches(fresh)
+    assert len(made) == 8 and all(refs and cons for refs, cons, _ in made.values())
+    screen = fresh.evaluate(p, refine=False)
+    for label in split_labels(fresh.all_exps):
+        got = fresh.evaluate_split(p, label, screen.overheads)
+        want = ev.evaluate_split(p, label, ev.evaluate(p, refine=False).overheads)
+        assert got.objectives == want.objectives and got.constants == want.constants, label
+    assert caches(fresh) == made
