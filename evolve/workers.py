@@ -262,7 +262,11 @@ class WorkerPool(Executor):
                 elif not w.proc.is_alive():
                     self._replace(i)
                 continue
-            if w.job is not None:
+            if w.job is None and self.pending:
+                w.job = self.pending.pop(0)
+                w.started = time.monotonic()
+                w.conn.send(job_message(w.job, self.heldout))
+            elif w.job is not None:
                 if w.conn.poll(0):
                     try:
                         _, res = w.conn.recv()
@@ -276,17 +280,11 @@ class WorkerPool(Executor):
                     if len(w.programs) >= self.recycle:
                         w.conn.send(None)
                         self._replace(i)
-                        continue  # its successor takes jobs once ready
                 elif time.monotonic() - w.started > self._limit(w.job) or not w.proc.is_alive():
                     why = "killed: over the wall-clock limit" if w.proc.is_alive() else "worker died"
                     results.append((w.job, Evaluation(valid=False, error=f"{why} ({self._limit(w.job):.0f} s)")))
                     self._count_kill(w.job)
                     self._replace(i)
-                    continue
-            if w.job is None and self.pending:  # free, or just freed: its next job goes out now
-                w.job = self.pending.pop(0)
-                w.started = time.monotonic()
-                w.conn.send(job_message(w.job, self.heldout))
         return results
 
     def close(self):
