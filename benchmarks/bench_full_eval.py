@@ -67,6 +67,23 @@ Residuals and Jacobians are bit-identical to 557fa54's, so scores are unchanged.
 target is met by the seed, not by the 10-constant program (~1.1 s): its split jobs are ~2.1 s
 of worker time, ~1.2 s of it 56 replays (at ~1.2 us per request, most of it vLLM's block pool)
 and ~0.7 s the fit (a quarter of that scipy's SVD of the Jacobian in every trust-region step).
+
+With a decoding member's private block hashes registered once, when it finishes or is written
+back, instead of at every event (6caa491: one call per request instead of ~15; bit-identical
+results, ~15% less replay time), and the split views made as each worker starts (4042695:
+before, the first full jobs a worker ran built them, which the `--pool` figures above partly
+measured), 2026-11-24, quiet machine. One process, screen, split sum: CPU seconds of this
+script; full job: wall seconds on the local pool of 2 workers, 10 repeats, f4afbe2 -> 4042695
+run back to back twice (`pool_wall`, steady state: each worker has run every split before):
+                        one process   screen   8 split jobs (sum)   full job, 2 workers
+  measured_per_layer    1.65 s        0.29 s   1.32 s               0.81-0.88 -> 0.67-0.70 (median 0.68)
+  linear_physics        2.05 s        0.38 s   1.72 s               0.94-1.05 (3 repeats)
+  ten_constants         2.29 s        0.40 s   1.88 s               1.07-1.12 -> 0.96-1.01 (median 0.98)
+The 1 s target is met on a quiet machine by the seed and, narrowly, by the 10-constant
+program; this VM is often 20-40% slower for minutes at a time (1.2-1.7 s measured then).
+Left: ~1.1 s of the split jobs is 56 replays (vLLM's block pool is most of it: every prompt
+block of every request is looked up, referenced and released), ~0.7 s the fit (scipy's SVD
+of a Jacobian whose rows are mostly inactive hinges is ~0.19 s of it).
 """
 from __future__ import annotations
 
