@@ -27,7 +27,8 @@ import numpy as np
 from evaluator import physics
 from evaluator.components import COMPONENT_INDEX, COMPONENTS, MEASURED_NAMES, MODEL_FIELDS
 from evaluator.data import GroundTruth, per_token_time
-from evaluator.holdout import KINDS, Split, holdout_scores, make_split, split_by_label, split_evaluation, splits_of
+from evaluator.holdout import (KINDS, Split, holdout_scores, make_split, reuses_main_overheads, split_by_label,
+                               split_evaluation, splits_of)
 from evaluator.fitting import (MAX_STATES_PER_STAGE, Overheads, StageStates, fit_constants, fit_overheads,
                                states_to_components, subsample)
 from evaluator.objectives import FAILURE, selection_loss
@@ -250,10 +251,10 @@ class Evaluator:
         """Make every held-out split's view, with what its fits read (reference and stage
         states, probes, constraints), now: a worker does this as it starts, so the first full
         jobs do not pay it inside their time limit and the split jobs' seconds (which order
-        them, `evolve.workers.Executor`) measure the candidate. Views as a run uses them: LOMO
-        is given the in-sample overheads, so it simulates only the held-out model."""
+        them, `evolve.workers.Executor`) measure the candidate. Views as a run uses them
+        (`reuses_main_overheads`)."""
         for split in (s for kind in KINDS for s in splits_of(self.all_exps, kind)):
-            view = self.for_split(split, simulate_fit=split.kind != "model")
+            view = self.for_split(split, simulate_fit=not reuses_main_overheads(split))
             for key, exps in view._groups().items():
                 for e in exps:
                     view._reference_stage_states(e)

@@ -103,6 +103,13 @@ def _lomo_overheads(main_overheads: dict, held_out: str) -> dict | None:
     return {**others, held_out: {k: float(np.mean([o[k] for o in others.values()])) for k in keys}}
 
 
+def reuses_main_overheads(split: Split) -> bool:
+    """Whether a run gives this split the in-sample request overheads instead of fitting its
+    own (LOMO: the held-out model has none), so its view simulates only the held-out
+    experiments. `split_evaluation` and the views a worker prepares follow this one rule."""
+    return split.kind == "model"
+
+
 def split_evaluation(evaluator, program, split: Split, main_overheads: dict | None = None,
                      fit: bool = True, overheads: dict | None = None):
     """Fit and score `program` under one split (no refinement: the surrogate fit on the split's
@@ -111,7 +118,7 @@ def split_evaluation(evaluator, program, split: Split, main_overheads: dict | No
     fitted models to fit overheads). fit=False: nothing fitted (the program's own constants
     and the given `overheads`), e.g. the uncalibrated roofline: the split only re-scores it."""
     ovh = overheads
-    if ovh is None and split.kind == "model" and main_overheads is not None:
+    if ovh is None and reuses_main_overheads(split) and main_overheads is not None:
         ovh = _lomo_overheads(main_overheads, split.value)
     view = evaluator.for_split(split, simulate_fit=ovh is None)
     return view.evaluate(program, overheads=ovh, fit=fit, refine=False)
