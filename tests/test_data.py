@@ -9,10 +9,12 @@ import pytest
 from evaluator.data import DataError, build_default_table, load_default, load_default_table, load_ground_truth
 
 
-def test_reads_all_twelve_experiments(gt):
-    assert len(gt.experiments) == 12
+def test_reads_all_sixteen_experiments(gt):
+    assert len(gt.experiments) == 16
     assert gt.models == ["codellama-34b", "llama-2-70b", "llama-2-7b", "mixtral-8x7b"]
-    assert len(gt.requests) == 132_000
+    assert sorted({e.workload for e in gt.experiments}) == ["codegen", "general", "reasoning", "roleplay"]
+    assert len(gt.requests) == 151_200
+    assert int(gt.requests["has_error"].sum()) == 4_068 + 1_600 + 3_294 + 4
     assert len(gt.steps) == 20_112
     e = gt.experiment("20260217-202857-llama-2-70b-tp4-general")
     assert (e.tp, e.kv_blocks, e.num_groups, e.prompt_pool) == (4, 31356, 10, 100)
@@ -38,7 +40,7 @@ def test_per_token_time_relation_reproduces_reported_itl(gt):
 def test_embedded_default_regenerates_from_shared_data(gt):
     assert build_default_table(gt) == json.loads(json.dumps(load_default_table()))
     d = load_default()
-    assert d.mode == "spec" and len(d.experiments) == 12
+    assert d.mode == "spec" and len(d.experiments) == 16
 
 
 def _copy(data_dir, tmp_path):

@@ -21,12 +21,15 @@ def grids_by_model(evaluator):
 def test_every_seed_scores(evaluator, name):
     res = evaluator.evaluate(parse_program(seed_sources()[name]))
     assert res.valid, res.error
-    assert len(res.rows) == 20  # 12 experiments: 8 with 2 stages + 4 roleplay with 1
+    assert len(res.rows) == 24  # 16 experiments: 8 with 2 stages + 4 roleplay and 4 reasoning with 1
     assert set(res.constants) == {"llama-2-7b", "llama-2-70b", "mixtral-8x7b", "codellama-34b"}
     assert set(res.steps) == {"20260217-202857-llama-2-70b-tp4-general",
                               "20260217-203421-llama-2-70b-hf-tp4-codegen",
                               "20260218-150304-codellama-34b-tp2-general"}
     for r in res.rows:
+        if r["e2e_err"] is None:  # mostly failed in the measurement (7b, mixtral reasoning): failures only
+            assert r["meas_fail"] > 0.5 and r["fail_err_pts"] is not None
+            continue
         assert r["e2e_err"] == pytest.approx(abs(r["pred_e2e_s"] - r["meas_e2e_s"]) / r["meas_e2e_s"])
     # fitting must beat the seed's hand-set constants on per-step error where rows exist
     assert 0 < res.objectives["step_mape"] < 0.2
@@ -51,7 +54,10 @@ def test_blis_blackbox_cannot_be_both_physical_and_accurate(evaluator, grids_by_
 
 def test_fitted_roofline_is_accurate_where_the_system_is_stable(evaluator):
     res = evaluator.evaluate(parse_program(seed_sources()["roofline"]))
-    stable = [r for r in res.rows if not (r["model"] == "llama-2-7b" and r["rate"] >= 10)]
+    # not the overloaded runs (failed requests) nor llama-2-7b's saturated high-rate stages
+    stable = [r for r in res.rows if not (r["model"] == "llama-2-7b" and r["rate"] >= 10)
+              and not r["meas_fail"]]
+    assert len(stable) == 18
     assert np.median([r["e2e_err"] for r in stable]) < 0.05
     assert np.median([r["itl_err"] for r in stable]) < 0.05
 
@@ -112,7 +118,9 @@ def test_spec_mode_on_embedded_default():
     assert res.valid
     assert math.isnan(res.objectives["step_mape"])  # no step rows embedded
     # the near-saturated llama-2-7b general stage 1 may run away; the rest must be close
-    assert np.median([r["e2e_err"] for r in res.rows]) < 0.1
+    assert np.median([r["e2e_err"] for r in res.rows if r["e2e_err"] is not None]) < 0.1
+    # the two mostly-failed reasoning runs are scored on their failure fraction alone
+    assert sum(r["e2e_err"] is None for r in res.rows) == 2
 
 
 def test_far_too_fast_candidate_stops_early_as_runaway(evaluator):
@@ -138,6 +146,8 @@ def test_ttft_proxy_matches_simulated_ttft_without_queueing(evaluator):
     f = p.compiled()
     checked = 0
     for e in evaluator.exps:
+        if e.stages[0].ttft_s > 1.0:  # the reasoning runs queue from the start (TTFT 103-120 s)
+            continue
         c = np.asarray(res.constants[e.model])
         r = evaluator._sim(f, c, e, record=True)
         dt = predict_rows(f, states_to_components(r.states, evaluator.mv[e.id]), c)
@@ -155,7 +165,7 @@ def test_simulated_ttft_is_not_above_measured_for_llama_7b(evaluator):
     simulated TTFT 2.3-2.5x the measured 25-29 ms; a request-level overhead (>= 0) cannot
     repair a TTFT that is too long."""
     res = evaluator.evaluate(parse_program(seed_sources()["phase_split"]))
-    rows = [r for r in res.rows if r["model"] == "llama-2-7b" and r["rate"] < 10]
+    rows = [r for r in res.rows if r["model"] == "llama-2-7b" and r["rate"] < 10 and not r["meas_fail"]]
     assert len(rows) == 3
     for r in rows:
         assert r["pred_ttft_s"] < 1.3 * r["meas_ttft_s"], r
