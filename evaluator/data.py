@@ -23,6 +23,7 @@ from evaluator.components import model_vector
 from evaluator.errors import DataError
 from evaluator.failed_requests import DEFAULT_TIMEOUT_S, FAILED_FORM, error_mask, failed_form, recovered_prompts
 from evaluator.gt_contract import check_contract
+from evaluator.model_configs import arch_from_config, kv_bytes_per_token, shipped_config_path, weight_bytes
 
 DEFAULT_TABLE = "default_workloads.json"
 
@@ -217,21 +218,8 @@ def _workload_of(exp_id: str) -> str:
 
 
 def read_arch(config_path: Path) -> dict:
-    cfg = _load_yaml(config_path)
-    arch = {
-        "layers": _get(cfg, "num_hidden_layers", config_path, int),
-        "hidden": _get(cfg, "hidden_size", config_path, int),
-        "n_heads": _get(cfg, "num_attention_heads", config_path, int),
-        "n_kv_heads": int(cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")),
-        "ffn": _get(cfg, "intermediate_size", config_path, int),
-        "n_experts": int(cfg.get("num_local_experts") or 0),
-        "top_k": int(cfg.get("num_experts_per_tok") or 0),
-        "vocab": _get(cfg, "vocab_size", config_path, int),
-    }
-    for k, v in arch.items():
-        if v < 0 or (k not in ("n_experts", "top_k") and v == 0):
-            raise DataError(f"{config_path}: field '{k}' must be positive")
-    return arch
+    """A Hugging Face config.json, every stated field honoured (evaluator.model_configs)."""
+    return arch_from_config(_load_yaml(config_path), str(config_path))
 
 
 def read_hardware(hw_dir: Path) -> dict:
@@ -251,14 +239,10 @@ def read_hardware(hw_dir: Path) -> dict:
 
 def estimate_kv_blocks(arch: dict, tp: int, block_size: int = 16, gpu_mem_gb: float = 80.0,
                        utilization: float = 0.9) -> int:
-    """Fallback when the KV capacity is not recorded: vLLM's memory budget minus weights."""
-    h, L, nq, nkv = arch["hidden"], arch["layers"], arch["n_heads"], arch["n_kv_heads"]
-    hd = h / nq
-    attn = h * nq * hd + 2 * h * nkv * hd + nq * hd * h
-    mlp = 3 * h * arch["ffn"] * max(1, arch.get("n_experts", 0))
-    weights = 2 * (L * (attn + mlp) + 2 * arch["vocab"] * h)
-    free = gpu_mem_gb * 1e9 * utilization * tp - weights
-    per_block = block_size * 2 * L * nkv * hd * 2
+    """Fallback when the KV capacity is not recorded: vLLM's memory budget minus weights, per GPU
+    (stated head_dim, replicated KV heads, tied embeddings: evaluator.model_configs)."""
+    free = gpu_mem_gb * 1e9 * utilization - weight_bytes(arch) / tp
+    per_block = block_size * kv_bytes_per_token(arch, tp)
     return max(1, int(free / per_block))
 
 
@@ -554,7 +538,11 @@ def _embedded_arch(model_id: str, missing: Path) -> dict:
     for e in table["experiments"]:
         if e["model_id"] == model_id:
             return dict(e["arch"])
-    raise DataError(f"{missing}: missing, and model {model_id!r} is not in the embedded default table")
+    shipped = shipped_config_path(model_id)  # configs shipped in evaluator/model_configs
+    if shipped is not None:
+        return read_arch(shipped)
+    raise DataError(f"{missing}: missing, and model {model_id!r} is neither in the embedded default table "
+                    f"nor shipped in evaluator/model_configs")
 
 
 def build_default_table(gt: GroundTruth) -> dict:
