@@ -12,7 +12,7 @@ from rich.table import Table
 from evaluator.data import DataError, load
 from evaluator.objectives import Caps
 from evolve.archive import Archive, ArchiveError
-from evolve.blis_compare import BlisCompareError, compare_rows, read_results, summary
+from evolve.blis_compare import BlisCompareError, compare, not_compared_entry, read_results, summary
 from evolve.blis_traces import BlisExportError, export_blis_traces
 from evolve.views.format import clean_json
 from go_emit import GoEmitError, emit_record
@@ -105,17 +105,31 @@ def cmd_export_blis_traces(args) -> int:
 
 # ----------------------------------------------------------------- compare
 
-def _add_program(rows: list[dict], archive_path: str, program_id: int) -> str:
+def _add_program(rows: list[dict], archive_path: str, program_id: int, skipped: list[dict]) -> str:
     rec = _archive(archive_path).program(program_id)
     if rec is None:
         _fail(f"no program {program_id} in {archive_path}")
     name = f"stepevolve#{program_id}"
     mine = {(r["experiment"], int(r["stage"])): r for r in (rec.get("evaluation") or {}).get("rows") or []}
     for r in rows:
-        m = mine.get((r["experiment"], int(r["stage"])), {})
+        m = mine.get((r["experiment"], int(r["stage"])))
+        if m is None:
+            skipped.append(not_compared_entry(r["experiment"], r["stage"], name,
+                                              f"program {program_id} has no evaluation row for this stage "
+                                              f"in {archive_path}"))
+            m = {}
         for k in ("e2e", "ttft", "itl"):
             r[f"{name}:{k}_err"] = m.get(f"{k}_err")
     return name
+
+
+def _not_compared_lines(skipped: list[dict]) -> list[str]:
+    """One line per thing left out: `EXPERIMENT stage S (SOURCE): reason`."""
+    out = []
+    for x in skipped:
+        where = x["experiment"] + ("" if x["stage"] is None else f" stage {x['stage']}")
+        out.append(f"  {where}{'' if x['source'] is None else ' (' + x['source'] + ')'}: {x['reason']}")
+    return out
 
 
 def cmd_blis_compare(args) -> int:
@@ -131,13 +145,14 @@ def cmd_blis_compare(args) -> int:
     gt = _load(args.data)
     names = [f"blis:{m}" for m in found]
     try:
-        rows = compare_rows(gt, {f"blis:{m}": files for m, files in found.items()}, args.train_fraction)
+        rows, skipped = compare(gt, {f"blis:{m}": files for m, files in found.items()}, args.train_fraction)
     except BlisCompareError as e:
         _fail(str(e))
     if args.program is not None:
-        names.append(_add_program(rows, args.archive, args.program))
+        names.append(_add_program(rows, args.archive, args.program, skipped))
     if args.json:
-        print(json.dumps(clean_json({"rows": rows, "summary": summary(rows, names)}), indent=1, allow_nan=False))
+        print(json.dumps(clean_json({"rows": rows, "summary": summary(rows, names), "not_compared": skipped}),
+                         indent=1, allow_nan=False))
         return 0
     t = Table(title="errors per experiment and stage (held-out part): BLIS replays"
               + (" vs StepEvolve's simulator" if args.program is not None else ""), header_style="bold")
@@ -158,6 +173,12 @@ def cmd_blis_compare(args) -> int:
         if s[n]["missing"]:
             con.print(f"{n}: {s[n]['missing']} reported requests have no BLIS result (not finished) "
                       "and are left out of the means")
+    if skipped:
+        con.print(f"not compared ({len(skipped)}; left out of the means):", markup=False, highlight=False)
+        for line in _not_compared_lines(skipped):
+            con.print(line, markup=False, highlight=False, soft_wrap=True)
+    else:
+        con.print("every stage compared for every source", highlight=False)
     return 0
 
 

@@ -8,6 +8,16 @@ the errors |pred - measured| / measured of mean E2E, mean TTFT and per-output-to
 sum(e2e - ttft) / sum(N - 1) with N = the profile's output_len, as evaluator.evaluate does.
 BLIS results are its `--results-path` JSON: [{request_id, ttft_us, e2e_us, ...}]; a request
 BLIS did not finish is counted in `missing` and left out of its stage's means.
+
+Nothing is dropped silently: every stage (or source, or results file) that cannot be compared
+goes into `not_compared` with the reason, e.g.
+
+    rows, skipped = compare(gt, results)
+    skipped == [{"experiment": "...", "stage": 0, "source": "blis:evolved",
+                 "reason": "no results-evolved.json for this experiment"}, ...]
+
+`stage` is None for a whole experiment (or a results file the data does not know), `source`
+None where no source could be compared (no reported requests in the data).
 """
 from __future__ import annotations
 
@@ -21,7 +31,8 @@ import numpy as np
 from evaluator.data import GroundTruth, per_token_time
 from evaluator.evaluate import Evaluator
 
-__all__ = ["BlisCompareError", "read_results", "compare_rows", "summary", "RESULTS_PREFIX"]
+__all__ = ["BlisCompareError", "read_results", "compare", "compare_rows", "not_compared_entry", "summary",
+           "RESULTS_PREFIX"]
 
 RESULTS_PREFIX = "results-"
 
@@ -58,17 +69,44 @@ def _err(pred: float, meas: float) -> float | None:
     return abs(pred - meas) / meas
 
 
+def not_compared_entry(experiment: str, stage: int | None, source: str | None, reason: str) -> dict:
+    """One thing blis-compare could not compare (module docstring)."""
+    return {"experiment": experiment, "stage": None if stage is None else int(stage), "source": source,
+            "reason": reason}
+
+
+def _results_name(source: str) -> str:
+    return f"{RESULTS_PREFIX}{source.split(':', 1)[-1]}.json"
+
+
 def compare_rows(gt: GroundTruth, results: Mapping[str, Mapping[str, Path]],
                  train_fraction: float = 0.7) -> list[dict]:
-    """One row per experiment x stage with the measured means and, per latency model, BLIS's
-    means and errors (keys '<model>:e2e_err' etc.)."""
+    """The rows of compare() (without what could not be compared)."""
+    return compare(gt, results, train_fraction)[0]
+
+
+def compare(gt: GroundTruth, results: Mapping[str, Mapping[str, Path]],
+            train_fraction: float = 0.7) -> tuple[list[dict], list[dict]]:
+    """(rows, not_compared). One row per experiment x stage with the measured means and, per
+    latency model, BLIS's means and errors (keys '<model>:e2e_err' etc.); not_compared lists
+    every stage, source or results file left out, with the reason (not_compared_entry)."""
     if gt.requests is None:
         raise BlisCompareError(f"{gt.source}: no request traces; BLIS results are per request (trace mode only)")
     ev = Evaluator(gt, train_fraction=train_fraction)
-    rows = []
+    rows: list[dict] = []
+    skipped: list[dict] = []
+    known = {e.id for e in gt.experiments}
+    for name, files in results.items():
+        for exp_id in sorted(set(files) - known):
+            skipped.append(not_compared_entry(exp_id, None, name, f"{files[exp_id]}: experiment not in the "
+                                              f"ground truth {gt.source}"))
     for e in gt.experiments:
         every = gt.requests[gt.requests["experiment_id"] == e.id]
-        if every.empty or e.id not in ev.wl:
+        if every.empty:
+            skipped.append(not_compared_entry(e.id, None, None, "no rows in the ground truth's requests table"))
+            continue
+        if e.id not in ev.wl:
+            skipped.append(not_compared_entry(e.id, None, None, "the evaluator built no workload for it"))
             continue
         # the replay carries every request sent, failed ones too (evaluator.workload); only the
         # measured successes are scored
@@ -79,9 +117,20 @@ def compare_rows(gt: GroundTruth, results: Mapping[str, Mapping[str, Path]],
         report = ~ev.train_mask[e.id]
         sims = {name: _load(files[e.id]) for name, files in results.items() if e.id in files}
         for s in e.stages:
-            sel = report & (wl.stage == s.index) & ok
+            in_stage = wl.stage == s.index
+            sel = report & in_stage & ok
             if not sel.any():
+                n_stage, n_rep = int(in_stage.sum()), int((report & in_stage).sum())
+                why = ("no requests in this stage" if n_stage == 0 else
+                       f"none of its {n_stage} requests is in the reported part (the later "
+                       f"{1 - train_fraction:.0%} of arrivals)" if n_rep == 0 else
+                       f"all {n_rep} reported requests failed in the measurement (has_error)")
+                skipped.append(not_compared_entry(e.id, s.index, None, why))
                 continue
+            for name in results:
+                if name not in sims:
+                    skipped.append(not_compared_entry(e.id, s.index, name,
+                                                      f"no {_results_name(name)} for this experiment"))
             me2e, mttft = wl.measured_e2e_s[sel], wl.measured_ttft_s[sel]
             meas = (float(me2e.mean()), float(mttft.mean()), per_token_time(me2e, mttft, wl.gen_len[sel]))
             row = {"experiment": e.id, "model": e.model, "workload": e.workload, "stage": s.index,
@@ -93,21 +142,30 @@ def compare_rows(gt: GroundTruth, results: Mapping[str, Mapping[str, Path]],
                 row[f"{name}:missing"] = int((~have).sum())
                 if not have.any():
                     pred = (math.nan, math.nan, math.nan)
+                    skipped.append(not_compared_entry(e.id, s.index, name, f"no result for any of its {len(have)} "
+                                                      "reported requests (BLIS finished none)"))
                 else:
                     ttft, e2e = got[have, 0], got[have, 1]
                     pred = (float(e2e.mean()), float(ttft.mean()), per_token_time(e2e, ttft, wl.gen_len[sel][have]))
+                bad = []
                 for k, p, m in zip(("e2e", "ttft", "itl"), pred, meas):
                     row[f"{name}:pred_{k}_s"] = p if math.isfinite(p) else None
                     row[f"{name}:{k}_err"] = _err(p, m)
+                    if have.any() and row[f"{name}:{k}_err"] is None:
+                        bad.append(f"{k} (measured {m:.6g} s, BLIS {p:.6g} s)")
+                if bad:
+                    skipped.append(not_compared_entry(e.id, s.index, name, "no error for " + ", ".join(bad)
+                                                      + ": not a finite value over a nonzero measurement"))
             rows.append(row)
-    return rows
+    return rows, skipped
 
 
 def summary(rows: list[dict], names: list[str]) -> dict[str, dict[str, float | None]]:
-    """Mean / worst error per source over the rows (None where a source has no value)."""
+    """Mean / worst error per source over the rows (None where a source has no value); `stages`:
+    how many rows the source's E2E mean is over."""
     out = {}
     for n in names:
-        d = {}
+        d = {"stages": sum(1 for r in rows if r.get(f"{n}:e2e_err") is not None)}
         for k in ("e2e", "ttft", "itl"):
             v = [r[f"{n}:{k}_err"] for r in rows if r.get(f"{n}:{k}_err") is not None]
             d[f"{k}_mean"] = float(np.mean(v)) if v else None

@@ -287,6 +287,73 @@ def test_compare_scores_blis_results_like_the_evaluator(gt, tmp_path):
     assert s["slow"]["missing"] == 0  # the first requests are in the fitted part, not reported
 
 
+def test_compare_lists_every_stage_it_could_not_compare(gt, tmp_path):
+    """No silent drops: a stage without reported successes, a source without a results file, a
+    source that finished none of a stage's requests, a results file for an unknown experiment."""
+    from evolve.blis_compare import compare, read_results, summary
+    small = _small_gt(gt, 3)
+    e0, e1, e2 = small.experiments
+    req = small.requests.copy()
+    # every request of e0's stage 1 failed in the measurement; e2 has no request rows at all
+    s1 = req["experiment_id"].eq(e0.id) & (req["arrival_time_us"] >= e0.stages[1].start_s * 1e6)
+    req.loc[s1, "has_error"] = True
+    req = req[req["experiment_id"] != e2.id].reset_index(drop=True)
+    small = GroundTruth(gt.source, [e0, e1, e2], gt.hardware, req, None)
+    _fake_results(GroundTruth(gt.source, [e0, e1], gt.hardware, req, None), tmp_path, "exact", 1.0)
+    _fake_results(GroundTruth(gt.source, [e0], gt.hardware, req, None), tmp_path, "partial", 1.0)
+    (tmp_path / e0.id / "results-none.json").write_text("[]")
+    (tmp_path / "bogus-experiment").mkdir()
+    (tmp_path / "bogus-experiment" / "results-exact.json").write_text("[]")
+    rows, skipped = compare(small, read_results(tmp_path))
+    by = {(x["experiment"], x["stage"], x["source"]): x["reason"] for x in skipped}
+    assert "failed in the measurement" in by[(e0.id, 1, None)]
+    assert "no rows in the ground truth" in by[(e2.id, None, None)]
+    assert "not in the ground truth" in by[("bogus-experiment", None, "exact")]
+    assert by[(e1.id, 0, "partial")] == "no results-partial.json for this experiment"
+    assert by[(e1.id, 0, "none")] == "no results-none.json for this experiment"
+    assert "BLIS finished none" in by[(e0.id, 0, "none")]
+    assert len(by) == len(skipped) == 6
+    # what is in the rows plus what is listed covers every stage of the data
+    listed = {(x["experiment"], x["stage"]) for x in skipped if x["source"] is None}
+    assert {(r["experiment"], r["stage"]) for r in rows} | listed | {(e2.id, None)} >= {
+        (e.id, s.index) for e in (e0, e1) for s in e.stages}
+    s = summary(rows, ["exact", "partial", "none"])
+    assert s["exact"]["stages"] == 2 and s["partial"]["stages"] == 1 and s["none"]["stages"] == 0
+    assert s["none"]["e2e_mean"] is None
+
+
+def test_compare_cli_lists_what_it_left_out(gt, data_dir, tmp_path, capsys):
+    """Text and --json (strict JSON, null for missing) both list the stages not compared."""
+    from evolve.cli import main
+    small = _small_gt(gt)
+    _fake_results(small, tmp_path, "exact", 1.0)
+    (tmp_path / small.experiments[0].id / "results-exact.json").write_text("[]")
+    n_exps = len(gt.experiments)
+    assert main(["blis-compare", str(tmp_path), "--data", str(data_dir), "--json"]) in (0, None)
+    out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    skipped = out["not_compared"]
+    reasons = {(x["experiment"], x["stage"], x["source"]): x["reason"] for x in skipped}
+    e0 = small.experiments[0]
+    assert all("BLIS finished none" in reasons[(e0.id, s.index, "blis:exact")] for s in e0.stages)
+    # every other experiment of the data: no results file, one entry per stage (or the stage has
+    # nothing to compare at all: the real data has a stage whose reported requests all failed)
+    others = [e for e in gt.experiments if e.id not in {x.id for x in small.experiments}]
+    assert len(others) == n_exps - 2
+    for e in others:
+        for st in e.stages:
+            assert (reasons.get((e.id, st.index, "blis:exact")) == "no results-exact.json for this experiment"
+                    or "failed in the measurement" in reasons[(e.id, st.index, None)])
+    assert all(set(x) == {"experiment", "stage", "source", "reason"} for x in skipped)
+    row0 = next(r for r in out["rows"] if r["experiment"] == e0.id)
+    assert row0["blis:exact:e2e_err"] is None and row0["blis:exact:pred_e2e_s"] is None
+    assert main(["blis-compare", str(tmp_path), "--data", str(data_dir)]) in (0, None)
+    text = capsys.readouterr().out
+    assert f"not compared ({len(skipped)}; left out of the means):" in text
+    assert f"  {e0.id} stage 0 (blis:exact): no result for any of its" in text
+    assert "stage 0 (blis:exact): no results-exact.json for this experiment" in text
+    assert " nan" not in text.lower()
+
+
 def test_cli_errors_are_one_line(tmp_path):
     """Bad input ends in one "error: ..." line (sys.exit with the message), never a traceback."""
     from evolve.cli import main
