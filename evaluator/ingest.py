@@ -692,3 +692,794 @@ def write_ground_truth(
             requests_df, out / "requests" / "requests.parquet", REQUESTS_DTYPES, "requests"
         )
     return written
+
+
+# ======================================================================================
+# Whole runs: the formats people have -> the full ground-truth layout
+# ======================================================================================
+# `ingest_run` detects each input's format, converts it to requests rows (and step rows when
+# the file has them) plus load stages, and writes experiments/<id>/{exp-config.yaml,
+# profile.yaml, stage_N_lifecycle_metrics.json}, requests/requests.parquet, steps/ when
+# present, and model_configs/<name>/config.json, the layout `evolve evaluate --data` reads.
+
+FORMATS: dict[str, str] = {
+    "otel": "vLLM OTEL traces (OTLP JSON lines): step.BATCH_SUMMARY events of the instrumented fork "
+            "and/or upstream llm_request spans",
+    "inference-perf": "inference-perf per_request_lifecycle_metrics.json",
+    "guidellm": "guidellm benchmark report (benchmarks.json)",
+    "vllm-bench": "`vllm bench serve --save-result --save-detailed` result JSON",
+}
+
+# Server settings none of the formats records, and what is assumed when they are not given.
+SERVER_DEFAULTS: dict[str, tuple[int, str]] = {
+    "tensor_parallelism": (1, "one GPU"),
+    "max_num_seqs": (1024, "vLLM V1 default of `vllm serve` on a GPU with >= 70 GiB that is not an A100 (H100)"),
+    "max_num_batched_tokens": (8192, "vLLM V1 default of `vllm serve` on an H100"),
+    "block_size": (16, "vLLM's default KV block size on CUDA"),
+}
+DEFAULT_TIMEOUT_NOTE = "300 s: the evaluator's default client timeout (inference-perf's aiohttp default)"
+VLLM_BENCH_TIMEOUT_S = 6 * 60 * 60  # vllm.benchmarks.lib.endpoint_request_func: aiohttp total=6 h
+
+# upstream vLLM request spans (vllm/tracing.py SpanAttributes)
+SPAN_E2E = "gen_ai.latency.e2e"
+SPAN_TTFT = "gen_ai.latency.time_to_first_token"
+SPAN_PROMPT = "gen_ai.usage.prompt_tokens"
+SPAN_COMPLETION = "gen_ai.usage.completion_tokens"
+SPAN_MODEL = "gen_ai.response.model"
+SPAN_FINISH = "gen_ai.response.finish_reasons"
+SPAN_REQUEST_ID = "gen_ai.request.id"
+
+
+class _Stage(dict):
+    """{'rate', 'duration', 'start'} with start in seconds from the run's first arrival."""
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """One of FORMATS, from the file's content (not its name)."""
+    return _detect(Path(path))[0]
+
+
+def _detect(p: Path) -> tuple[str, dict | None]:
+    """(format, the parsed object for the single-object formats, else None)."""
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(1 << 12)
+            fh.seek(0)
+            first_line = fh.readline()
+    except OSError as e:
+        raise IngestError(p, None, "<file>", f"cannot read ({e.strerror})") from None
+    text = head.decode("utf-8", errors="replace").lstrip()
+    if not text:
+        raise IngestError(p, 1, "<json>", "empty file")
+    if text[0] == "[":
+        return "inference-perf", None
+    if p.suffix not in (".yaml", ".yml"):
+        if text[0] != "{":
+            raise IngestError(p, 1, "<json>", f"not a JSON object or array: not a format ingest knows "
+                              f"({', '.join(FORMATS)})")
+        try:  # one object per line: OTLP JSON lines, inference-perf JSON lines
+            first = json.loads(first_line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            first = None
+        if isinstance(first, dict) and ("resourceSpans" in first or "start_time" in first):
+            return ("otel" if "resourceSpans" in first else "inference-perf"), None
+    obj = _load_json_object(p)
+    if "benchmarks" in obj:
+        return "guidellm", obj
+    if "ttfts" in obj or "input_lens" in obj:
+        return "vllm-bench", obj
+    if "resourceSpans" in obj:
+        return "otel", None
+    raise IngestError(p, None, "<json>", f"not a format ingest knows ({', '.join(FORMATS)}); top-level keys: "
+                      f"{', '.join(sorted(map(str, obj))[:8])}")
+
+
+def _load_json_object(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise IngestError(path, None, "<json>", f"not valid UTF-8 ({exc.reason})") from None
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+        try:
+            obj = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise IngestError(path, None, "<yaml>", f"invalid YAML ({exc})") from None
+    else:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise IngestError(path, exc.lineno, "<json>", f"invalid JSON ({exc.msg} at column {exc.colno}); "
+                              "truncated file?") from None
+    if not isinstance(obj, dict):
+        raise IngestError(path, 1, "<json>", f"must be a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _field_num(obj: dict, key: str, path: Path, field: str, *, required: bool = True, minimum: float | None = None):
+    v = obj.get(key) if isinstance(obj, dict) else None
+    if v is None:
+        if required:
+            raise IngestError(path, None, field, "missing required field")
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise IngestError(path, None, field, f"must be a finite number, got {_describe(v)}")
+    if minimum is not None and v < minimum:
+        raise IngestError(path, None, field, f"must be >= {minimum:g}, got {v}")
+    return float(v)
+
+
+def _field_count(obj: dict, key: str, path: Path, field: str, *, required: bool = True) -> int | None:
+    v = obj.get(key) if isinstance(obj, dict) else None
+    if v is None:
+        if required:
+            raise IngestError(path, None, field, "missing required field")
+        return None
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise IngestError(path, None, field, f"must be an integer, got {_describe(v)}")
+    if v < 0:
+        raise IngestError(path, None, field, f"must be >= 0, got {v}")
+    return v
+
+
+def _requests_frame(rows: list[dict], experiment_id: str) -> pd.DataFrame:
+    """rows: {arrival_s (absolute, any clock), input_tokens, output_tokens, has_error, e2e_s, ttft_s}
+    -> canonical requests rows, send order, arrival relative to the first."""
+    df = pd.DataFrame(rows)
+    df = df.sort_values("arrival_s", kind="stable").reset_index(drop=True)
+    t0 = float(df["arrival_s"].iloc[0])
+    df["experiment_id"] = experiment_id
+    df["request_index"] = np.arange(len(df), dtype=np.int64)
+    df["arrival_time_us"] = np.rint((df["arrival_s"].to_numpy() - t0) * 1e6).astype(np.int64)
+    df["prefix_group"] = ""
+    extra = [c for c in df.columns if c not in REQUESTS_DTYPES]
+    out = _conform(df.drop(columns=extra), REQUESTS_DTYPES, "requests")
+    out.attrs["t0"] = t0
+    return out
+
+
+def _check_success(path: Path, field: str, start: float, end: float | None, first: float | None) -> None:
+    if end is not None and end < start:
+        raise IngestError(path, None, field, f"negative duration: end {end} < start {start}")
+    if first is not None and first < start:
+        raise IngestError(path, None, field, f"first token {first} before the request started at {start}")
+    if first is not None and end is not None and first > end:
+        raise IngestError(path, None, field, f"e2e < ttft: first token {first} after the request ended at {end}")
+
+
+def _single_stage(arrival_us: np.ndarray, rate: float | None, duration: float | None) -> list[_Stage]:
+    """One load stage covering every arrival: the stated rate/duration where known, else the
+    achieved rate over the arrival span (n arrivals span (n - 1) mean gaps)."""
+    a = np.sort(arrival_us) / 1e6
+    n = len(a)
+    span = float(a[-1] - a[0]) if n else 0.0
+    if duration is None or duration <= 0:
+        duration = span * n / (n - 1) if n > 1 and span > 0 else 1.0
+    duration = max(duration, span + 1e-6)
+    if rate is None or not math.isfinite(rate) or rate <= 0:
+        rate = n / duration
+    return [_Stage(rate=float(rate), duration=float(duration), start=0.0)]
+
+
+# ---------------------------------------------------------------- guidellm
+
+def _g(obj: Any, dotted: str):
+    cur = obj
+    for k in dotted.split("."):
+        if not isinstance(cur, dict) or k not in cur:
+            return None
+        cur = cur[k]
+    return cur
+
+
+def _first_present(obj: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
+    for k in keys:
+        v = _g(obj, k)
+        if v is not None:
+            return k, v
+    return None, None
+
+
+def _guidellm_request(req: Any, where: str, path: Path, failed: bool) -> dict:
+    if not isinstance(req, dict):
+        raise IngestError(path, None, where, f"request must be an object, got {type(req).__name__}")
+
+    def num(keys: tuple[str, ...], what: str, required: bool) -> float | None:
+        k, v = _first_present(req, keys)
+        if k is None:
+            if required:
+                raise IngestError(path, None, f"{where}.{keys[0]}",
+                                  f"missing required field ({what}; also looked for {', '.join(keys[1:])})")
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise IngestError(path, None, f"{where}.{k}", f"must be a finite number, got {_describe(v)}")
+        return float(v)
+
+    def count(keys: tuple[str, ...], what: str, required: bool) -> int | None:
+        k, v = _first_present(req, keys)
+        if k is None:
+            if required:
+                raise IngestError(path, None, f"{where}.{keys[0]}",
+                                  f"missing required field ({what}; also looked for {', '.join(keys[1:])})")
+            return None
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise IngestError(path, None, f"{where}.{k}", f"must be an integer >= 0, got {_describe(v)}")
+        return v
+
+    # v0.4+: info.timings.*, computed request_start_time/...; v0.3: start_time, end_time, first_token_time
+    start = num(("info.timings.request_start", "request_start_time", "start_time", "info.timings.resolve_start"),
+                "when the request was sent", True)
+    end = num(("info.timings.request_end", "request_end_time", "end_time", "info.timings.resolve_end"),
+              "when the request ended", not failed)
+    first = num(("info.timings.first_token_iteration", "first_token_time"), "first token time", False)
+    ttft_ms = num(("time_to_first_token_ms",), "TTFT", False)
+    prompt = count(("prompt_tokens", "input_metrics.text_tokens", "input_metrics.total_tokens"), "prompt tokens",
+                   not failed)
+    output = count(("output_tokens", "output_metrics.text_tokens", "output_metrics.total_tokens"), "output tokens",
+                   not failed)
+    if failed:
+        e2e = end - start if end is not None and end >= start else math.nan
+        return {"arrival_s": start, "input_tokens": prompt or 0, "output_tokens": 0, "has_error": True,
+                "e2e_s": e2e, "ttft_s": math.nan}
+    _check_success(path, f"{where}.end", start, end, None)
+    if first is not None:
+        _check_success(path, f"{where}.first_token", start, end, first)
+        ttft = first - start
+    elif ttft_ms is not None:
+        ttft = ttft_ms / 1000.0
+    else:
+        raise IngestError(path, None, f"{where}.info.timings.first_token_iteration",
+                          "missing: a successful request needs its first-token time (streamed run)")
+    if ttft > end - start + 1e-9:
+        raise IngestError(path, None, f"{where}.time_to_first_token_ms", f"e2e < ttft ({ttft} s > {end - start} s)")
+    if prompt < 1:
+        raise IngestError(path, None, f"{where}.prompt_tokens", f"must be >= 1 for a successful request, got {prompt}")
+    return {"arrival_s": start, "input_tokens": prompt, "output_tokens": output, "has_error": False,
+            "e2e_s": end - start, "ttft_s": ttft}
+
+
+def _find_model(obj: Any, depth: int = 0) -> str | None:
+    if depth > 3 or not isinstance(obj, dict):
+        return None
+    for k in ("model", "backend_model", "model_id", "model_name"):
+        if isinstance(obj.get(k), str) and obj[k]:
+            return obj[k]
+    for v in obj.values():
+        if isinstance(v, dict):
+            m = _find_model(v, depth + 1)
+            if m:
+                return m
+    return None
+
+
+def read_guidellm(path: str | os.PathLike, experiment_id: str, obj: dict | None = None
+                  ) -> tuple[pd.DataFrame, list[_Stage], dict]:
+    """guidellm's benchmark report -> (requests rows, one stage per benchmark, info).
+
+    Per request (``benchmarks[k].requests.{successful, incomplete, errored}[i]``): the send time
+    is ``info.timings.request_start`` (guidellm >= 0.4; ``start_time`` in 0.3), the end
+    ``info.timings.request_end`` (``end_time``), the first token
+    ``info.timings.first_token_iteration`` (``first_token_time``), token counts
+    ``prompt_tokens``/``output_tokens`` (``input_metrics``/``output_metrics`` when only those are
+    there). Errored and incomplete (cancelled at the benchmark's end) requests are failed rows.
+    Each benchmark of a sweep is a load stage, at its strategy's ``rate`` when it has one
+    (constant, poisson), else at the achieved rate."""
+    p = Path(path)
+    obj = _load_json_object(p) if obj is None else obj
+    benches = obj.get("benchmarks")
+    if not isinstance(benches, list) or not benches:
+        raise IngestError(p, None, "benchmarks", "must be a non-empty array of benchmarks")
+    rows: list[dict] = []
+    bench_of: list[int] = []
+    rates: list[float | None] = []
+    for b, bench in enumerate(benches):
+        bw = f"benchmarks[{b}]"
+        if not isinstance(bench, dict):
+            raise IngestError(p, None, bw, "must be an object")
+        reqs = bench.get("requests")
+        if not isinstance(reqs, dict):
+            raise IngestError(p, None, f"{bw}.requests", "missing or not an object with successful/incomplete/"
+                              "errored lists (saved without per-request detail?)")
+        n_before = len(rows)
+        for status in ("successful", "incomplete", "errored"):
+            lst = reqs.get(status)
+            if lst is None:
+                if status == "successful":
+                    raise IngestError(p, None, f"{bw}.requests.successful", "missing required field")
+                continue
+            if not isinstance(lst, list):
+                raise IngestError(p, None, f"{bw}.requests.{status}", f"must be an array, got {_describe(lst)}")
+            for i, req in enumerate(lst):
+                rows.append(_guidellm_request(req, f"{bw}.requests.{status}[{i}]", p, status != "successful"))
+                bench_of.append(b)
+        if len(rows) == n_before:
+            raise IngestError(p, None, f"{bw}.requests", "no requests in this benchmark")
+        strategy = _g(bench, "config.strategy") or _g(bench, "args.strategy") or {}
+        rate = strategy.get("rate") if isinstance(strategy, dict) else None
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))):
+            raise IngestError(p, None, f"{bw}.config.strategy.rate", f"must be a number, got {_describe(rate)}")
+        stype = strategy.get("type_") if isinstance(strategy, dict) else None
+        rates.append(float(rate) if rate and stype in (None, "constant", "poisson", "async") else None)
+    for r in rows:
+        r["bench"] = bench_of.pop(0)
+    df = _requests_frame(rows, experiment_id)
+    bench = pd.DataFrame(rows).sort_values("arrival_s", kind="stable")["bench"].to_numpy()
+    arr = df["arrival_time_us"].to_numpy() / 1e6
+    stages: list[_Stage] = []
+    starts = [float(arr[bench == b].min()) for b in range(len(benches))]
+    if any(s2 < s1 for s1, s2 in zip(starts, starts[1:])):
+        raise IngestError(p, None, "benchmarks", "benchmarks overlap in time or are not in run order")
+    for b in range(len(benches)):
+        a = arr[bench == b]
+        if b + 1 < len(benches):
+            dur = starts[b + 1] - starts[b]
+            if a.max() >= starts[b + 1]:
+                raise IngestError(p, None, f"benchmarks[{b}]", "its requests overlap the next benchmark's")
+        else:
+            dur = None
+        st = _single_stage((a - starts[b]) * 1e6, rates[b], dur)[0]
+        if dur is not None:
+            st["duration"] = dur
+        st["start"] = starts[b]
+        stages.append(st)
+    model = _find_model(obj.get("config")) or _find_model(benches[0])
+    return df, stages, {"model": model, "timeout_s": None,
+                        "notes": [f"{len(benches)} guidellm benchmark(s) -> {len(benches)} load stage(s)"]}
+
+
+# ---------------------------------------------------------------- vllm bench serve
+
+def read_vllm_bench(path: str | os.PathLike, experiment_id: str, obj: dict | None = None
+                    ) -> tuple[pd.DataFrame, list[_Stage], dict]:
+    """``vllm bench serve --save-result --save-detailed`` JSON -> (requests rows, one stage, info).
+
+    Per request i: ``input_lens[i]``, ``output_lens[i]``, ``ttfts[i]`` (s), ``itls[i]`` (s per
+    token after the first), ``errors[i]`` ("" = success), ``latencies[i]`` (E2E, s; else
+    ttft + sum(itls)) and ``start_times[i]`` (send time, perf_counter s). Without
+    ``start_times`` (older vLLM) arrivals are spaced 1 / ``request_rate`` apart in send order
+    (all at 0 for rate inf), which the output says. The stage is ``request_rate`` over
+    ``duration``."""
+    p = Path(path)
+    obj = _load_json_object(p) if obj is None else obj
+    for key in ("input_lens", "output_lens", "ttfts", "itls", "errors"):
+        if key not in obj:
+            raise IngestError(p, None, key, "missing required per-request array (save with --save-detailed)")
+        if not isinstance(obj[key], list):
+            raise IngestError(p, None, key, f"must be an array, got {_describe(obj[key])}")
+    n = len(obj["input_lens"])
+    if n == 0:
+        raise IngestError(p, None, "input_lens", "no requests")
+    optional = [k for k in ("latencies", "start_times") if isinstance(obj.get(k), list)]
+    for key in ("output_lens", "ttfts", "itls", "errors", *optional):
+        if len(obj[key]) != n:
+            raise IngestError(p, None, key, f"has {len(obj[key])} entries, input_lens has {n}")
+    duration = _field_num(obj, "duration", p, "duration", minimum=0.0)
+    rate_raw = obj.get("request_rate")
+    if rate_raw is None:
+        raise IngestError(p, None, "request_rate", "missing required field")
+    if rate_raw == "inf" or (isinstance(rate_raw, float) and math.isinf(rate_raw)):
+        rate = math.inf
+    elif isinstance(rate_raw, (int, float)) and not isinstance(rate_raw, bool) and rate_raw > 0:
+        rate = float(rate_raw)
+    else:
+        raise IngestError(p, None, "request_rate", f"must be a positive number or \"inf\", got {_describe(rate_raw)}")
+    notes = []
+    if "start_times" in optional:
+        starts = obj["start_times"]
+    else:
+        gap = 0.0 if math.isinf(rate) else 1.0 / rate
+        starts = [i * gap for i in range(n)]
+        notes.append("no start_times in the file (vLLM before start_times were saved): arrivals synthesised "
+                     + ("all at 0 (request_rate inf)" if gap == 0 else f"every 1/request_rate = {gap:g} s"))
+    if obj.get("max_concurrency") is not None:
+        notes.append(f"max_concurrency {obj['max_concurrency']}: the client held requests back; the replay sends "
+                     "them at their recorded start times")
+    rows = []
+    for i in range(n):
+        w = f"[{i}]"
+        err = obj["errors"][i]
+        if err is not None and not isinstance(err, str):
+            raise IngestError(p, None, f"errors{w}", f"must be a string (\"\" for success), got {_describe(err)}")
+        failed = bool(err)
+        start = starts[i]
+        if isinstance(start, bool) or not isinstance(start, (int, float)) or not math.isfinite(start):
+            raise IngestError(p, None, f"start_times{w}", f"must be a finite number, got {_describe(start)}")
+        inp = obj["input_lens"][i]
+        if isinstance(inp, bool) or not isinstance(inp, int) or inp < (0 if failed else 1):
+            raise IngestError(p, None, f"input_lens{w}", f"must be an integer >= 1, got {_describe(inp)}")
+        if failed:
+            lat = obj["latencies"][i] if "latencies" in optional else None
+            e2e = float(lat) if isinstance(lat, (int, float)) and not isinstance(lat, bool) and lat > 0 else math.nan
+            rows.append({"arrival_s": float(start), "input_tokens": inp, "output_tokens": 0, "has_error": True,
+                         "e2e_s": e2e, "ttft_s": math.nan})
+            continue
+        out = obj["output_lens"][i]
+        if isinstance(out, bool) or not isinstance(out, int) or out < 0:
+            raise IngestError(p, None, f"output_lens{w}", f"must be an integer >= 0, got {_describe(out)}")
+        ttft = obj["ttfts"][i]
+        if isinstance(ttft, bool) or not isinstance(ttft, (int, float)) or not math.isfinite(ttft) or ttft < 0:
+            raise IngestError(p, None, f"ttfts{w}", f"must be a finite number >= 0, got {_describe(ttft)}")
+        itl = obj["itls"][i]
+        if not isinstance(itl, list) or any(isinstance(x, bool) or not isinstance(x, (int, float))
+                                             or not math.isfinite(x) or x < 0 for x in itl):
+            raise IngestError(p, None, f"itls{w}", "must be an array of finite numbers >= 0")
+        if "latencies" in optional:
+            lat = obj["latencies"][i]
+            if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not math.isfinite(lat):
+                raise IngestError(p, None, f"latencies{w}", f"must be a finite number, got {_describe(lat)}")
+            e2e = float(lat)
+        else:
+            e2e = float(ttft) + float(sum(itl))
+        if e2e + 1e-9 < ttft:
+            raise IngestError(p, None, f"latencies{w}", f"e2e < ttft ({e2e} s < {ttft} s)")
+        rows.append({"arrival_s": float(start), "input_tokens": inp, "output_tokens": out, "has_error": False,
+                     "e2e_s": e2e, "ttft_s": float(ttft)})
+    df = _requests_frame(rows, experiment_id)
+    stages = _single_stage(df["arrival_time_us"].to_numpy(), None if math.isinf(rate) else rate, duration)
+    if math.isinf(rate):
+        notes.append(f"request_rate inf: the stage rate is the achieved {stages[0]['rate']:.4g} req/s")
+    model = obj.get("model_id") if isinstance(obj.get("model_id"), str) else None
+    return df, stages, {"model": model, "timeout_s": float(VLLM_BENCH_TIMEOUT_S), "notes": notes}
+
+
+# ---------------------------------------------------------------- upstream vLLM request spans
+
+def _iter_spans(path: Path) -> Iterator[tuple[int, str, dict]]:
+    """(line, field path, span) of every span in an OTLP JSON-lines file."""
+    for lineno, line in _iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise IngestError(path, lineno, "<json>",
+                              f"invalid JSON ({exc.msg} at column {exc.colno}); truncated or corrupted line") from None
+        if not isinstance(obj, dict):
+            raise IngestError(path, lineno, "<json>", f"each line must be a JSON object, got {type(obj).__name__}")
+        for r, rspan in enumerate(_as_list(obj.get("resourceSpans"), path, lineno, "resourceSpans")):
+            if not isinstance(rspan, dict):
+                raise IngestError(path, lineno, f"resourceSpans[{r}]", "must be an object")
+            scope_key = "scopeSpans" if "scopeSpans" in rspan else "instrumentationLibrarySpans"
+            for s, sspan in enumerate(_as_list(rspan.get(scope_key), path, lineno, f"resourceSpans[{r}].{scope_key}")):
+                if not isinstance(sspan, dict):
+                    raise IngestError(path, lineno, f"resourceSpans[{r}].{scope_key}[{s}]", "must be an object")
+                field = f"resourceSpans[{r}].{scope_key}[{s}].spans"
+                for k, span in enumerate(_as_list(sspan.get("spans"), path, lineno, field)):
+                    if not isinstance(span, dict):
+                        raise IngestError(path, lineno, f"{field}[{k}]", "must be an object")
+                    yield lineno, f"{field}[{k}]", span
+
+
+def _span_attrs(span: dict, path: Path, lineno: int, where: str) -> dict[str, Any]:
+    out = {}
+    for j, attr in enumerate(_as_list(span.get("attributes"), path, lineno, f"{where}.attributes")):
+        if not isinstance(attr, dict) or not isinstance(attr.get("key"), str):
+            raise IngestError(path, lineno, f"{where}.attributes[{j}]", "attribute must be an object with a string 'key'")
+        out[attr["key"]] = attr.get("value")
+    return out
+
+
+def _otlp_str_list(value: Any) -> list[str]:
+    if not isinstance(value, dict):
+        return []
+    if "stringValue" in value:
+        return [str(value["stringValue"])]
+    arr = value.get("arrayValue")
+    if isinstance(arr, dict):
+        return [str(v.get("stringValue")) for v in arr.get("values") or [] if isinstance(v, dict)]
+    return []
+
+
+def has_request_spans(path: str | os.PathLike) -> bool:
+    p = Path(path)
+    for lineno, where, span in _iter_spans(p):
+        if SPAN_E2E in _span_attrs(span, p, lineno, where):
+            return True
+    return False
+
+
+def has_step_events(path: str | os.PathLike) -> bool:
+    p = Path(path)
+    for _, _, span in _iter_spans(p):
+        for ev in span.get("events") or []:
+            if isinstance(ev, dict) and ev.get("name") == BATCH_SUMMARY_EVENT:
+                return True
+    return False
+
+
+def ingest_request_spans(path: str | os.PathLike, experiment_id: str) -> pd.DataFrame:
+    """Upstream vLLM's per-request OTEL spans (``llm_request``, attributes from vllm/tracing.py
+    SpanAttributes) -> requests rows. Arrival = the span's ``startTimeUnixNano`` (vLLM starts
+    it at the request's arrival), ``ttft_s`` = ``gen_ai.latency.time_to_first_token``,
+    ``e2e_s`` = ``gen_ai.latency.e2e``, tokens = ``gen_ai.usage.prompt_tokens`` /
+    ``completion_tokens``; a finish reason ``abort`` marks a failed request. Server-side
+    times: they leave out the network and the client."""
+    p = Path(path)
+    if not isinstance(experiment_id, str) or not experiment_id:
+        raise ValueError("experiment_id must be a non-empty string")
+    rows, models, seen = [], set(), {}
+    for lineno, where, span in _iter_spans(p):
+        attrs = _span_attrs(span, p, lineno, where)
+        if SPAN_E2E not in attrs:
+            continue
+        rid = attrs.get(SPAN_REQUEST_ID)
+        rid = rid.get("stringValue") if isinstance(rid, dict) else None
+        if rid is not None and rid in seen:
+            continue  # exporter retry
+        if rid is not None:
+            seen[rid] = lineno
+        start_raw = span.get("startTimeUnixNano")
+        if start_raw is None:
+            raise IngestError(p, lineno, f"{where}.startTimeUnixNano", "missing required field (the arrival time)")
+        try:
+            start_ns = _otlp_int({"intValue": start_raw})
+        except ValueError as exc:
+            raise IngestError(p, lineno, f"{where}.startTimeUnixNano", str(exc)) from None
+        vals = {}
+        for key in (SPAN_E2E, SPAN_TTFT):
+            if key not in attrs:
+                raise IngestError(p, lineno, key, f"missing required attribute of a request span ({where})")
+            try:
+                vals[key] = _otlp_float(attrs[key])
+            except ValueError as exc:
+                raise IngestError(p, lineno, key, str(exc)) from None
+            if vals[key] < 0:
+                raise IngestError(p, lineno, key, f"must be >= 0, got {vals[key]}")
+        for key in (SPAN_PROMPT, SPAN_COMPLETION):
+            if key not in attrs:
+                raise IngestError(p, lineno, key, f"missing required attribute of a request span ({where})")
+            try:
+                vals[key] = _otlp_int(attrs[key])
+            except ValueError as exc:
+                raise IngestError(p, lineno, key, str(exc)) from None
+            if vals[key] < 0:
+                raise IngestError(p, lineno, key, f"must be >= 0, got {vals[key]}")
+        failed = "abort" in _otlp_str_list(attrs.get(SPAN_FINISH))
+        if not failed:
+            if vals[SPAN_E2E] + 1e-9 < vals[SPAN_TTFT]:
+                raise IngestError(p, lineno, SPAN_E2E, f"e2e < ttft ({vals[SPAN_E2E]} s < {vals[SPAN_TTFT]} s)")
+            if vals[SPAN_PROMPT] < 1:
+                raise IngestError(p, lineno, SPAN_PROMPT, "must be >= 1 for a finished request")
+        m = attrs.get(SPAN_MODEL)
+        if isinstance(m, dict) and isinstance(m.get("stringValue"), str):
+            models.add(m["stringValue"])
+        rows.append({"arrival_s": start_ns / 1e9, "input_tokens": vals[SPAN_PROMPT],
+                     "output_tokens": 0 if failed else vals[SPAN_COMPLETION], "has_error": failed,
+                     "e2e_s": vals[SPAN_E2E], "ttft_s": math.nan if failed else vals[SPAN_TTFT]})
+    if not rows:
+        raise IngestError(p, None, SPAN_E2E, "no request spans (llm_request spans with gen_ai.latency.e2e) in the file")
+    df = _requests_frame(rows, experiment_id)
+    df.attrs["models"] = sorted(models)
+    return df
+
+
+# ---------------------------------------------------------------- writing the whole layout
+
+def _stage_summary(req: pd.DataFrame, lo_us: float, hi_us: float) -> dict:
+    """inference-perf's stage_N_lifecycle_metrics.json fields the evaluator reads, from the rows
+    (the evaluator recomputes the means from requests.parquet; this file is for workload-spec
+    mode and for people). Its ITL is written so that evaluator.data.per_token_from_reported
+    gives back the per-token time sum(e2e - ttft) / sum(output - 1)."""
+    from evaluator.data import per_token_from_reported, per_token_time
+    a = req["arrival_time_us"].to_numpy()
+    g = req[(a >= lo_us) & (a < hi_us)]
+    ok = g[~g["has_error"]]
+    tau = per_token_time(ok["e2e_s"].to_numpy(), ok["ttft_s"].to_numpy(), ok["output_tokens"].to_numpy()) \
+        if len(ok) else math.nan
+    reported = tau / per_token_from_reported(1.0, 0) if math.isfinite(tau) else None
+
+    def mean(col):
+        return float(ok[col].mean()) if len(ok) else None
+    return {
+        "successes": {
+            "count": int(len(ok)),
+            "latency": {"request_latency": {"mean": mean("e2e_s")},
+                        "time_to_first_token": {"mean": mean("ttft_s")},
+                        "inter_token_latency": {"mean": reported}},
+            "prompt_len": {"mean": mean("input_tokens")},
+            "output_len": {"mean": mean("output_tokens")},
+        },
+        "failures": {"count": int(g["has_error"].sum())},
+    }
+
+
+def _resolve_model_config(model_id: str, out: Path, model_config: str | os.PathLike | None) -> tuple[dict, str]:
+    """(architecture, where it came from); copies the config into out/model_configs/<name>/."""
+    from evaluator.data import load_default_table, read_arch
+    from evaluator.model_configs import ModelConfigError, read_arch_file, shipped_config_path
+    name = model_id.split("/")[-1]
+    target = out / "model_configs" / name / "config.json"
+    src = None
+    if model_config is not None:
+        src = Path(model_config)
+        src = src / "config.json" if src.is_dir() else src
+    elif target.exists():
+        return read_arch(target), f"{target} (already there)"
+    else:
+        src = shipped_config_path(model_id)
+    if src is not None:
+        try:
+            arch = read_arch_file(src)
+        except ModelConfigError as e:
+            raise IngestError(src, None, "model config", str(e)) from None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(Path(src).read_text())
+        return arch, f"{src} -> {target}"
+    for e in load_default_table()["experiments"]:
+        if e["model_id"] == model_id:
+            return dict(e["arch"]), "the evaluator's embedded table (bundled model)"
+    from evaluator.model_configs import shipped_models
+    raise IngestError(out, None, "model", f"no config.json for model {model_id!r}: pass --model-config PATH "
+                      f"(a Hugging Face config.json) or one of the shipped names ({', '.join(shipped_models())})")
+
+
+def _yaml_dump(obj: dict, comments: dict[str, str]) -> str:
+    import yaml
+    lines = []
+    for k, v in obj.items():
+        text = yaml.safe_dump({k: v}, default_flow_style=False, sort_keys=False).rstrip("\n")
+        if k in comments:
+            text = text.split("\n")
+            text[0] += f"  # {comments[k]}"
+            text = "\n".join(text)
+        lines.append(text)
+    return "\n".join(lines) + "\n"
+
+
+def ingest_run(
+    inputs: list[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    experiment_id: str,
+    *,
+    model: str | None = None,
+    model_config: str | os.PathLike | None = None,
+    tp: int | None = None,
+    workload: str = "",
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    block_size: int | None = None,
+    kv_blocks: int | None = None,
+) -> list[str]:
+    """Convert one benchmark run (one or more files of FORMATS) into out_dir's ground-truth
+    layout (see docs/ingest.md) and return the lines to show the user: what was read, every
+    default that stood in for a setting the files do not record, and what will be scored."""
+    from evaluator.data import estimate_kv_blocks
+    if not inputs:
+        raise ValueError("no input files")
+    if not isinstance(experiment_id, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", experiment_id or ""):
+        raise ValueError(f"experiment id must be letters, digits, '.', '_' or '-', got {experiment_id!r}")
+    out = Path(out_dir)
+    lines: list[str] = []
+    requests = steps = None
+    stages: list[_Stage] | None = None
+    file_model = None
+    timeout_s = None
+    step_paths = []
+    fmts: list[str] = []
+    for raw in inputs:
+        p = Path(raw)
+        fmt, obj = _detect(p)
+        fmts.append(fmt)
+        lines.append(f"{p}: {FORMATS[fmt]}")
+        if fmt == "otel":
+            found = False
+            if has_step_events(p):
+                step_paths.append(p)
+                found = True
+            if has_request_spans(p):
+                if requests is not None:
+                    raise IngestError(p, None, "<file>", "a second source of request rows for the same experiment")
+                requests = ingest_request_spans(p, experiment_id)
+                ms = requests.attrs.get("models") or []
+                file_model = file_model or (ms[0] if ms else None)
+                stages = _single_stage(requests["arrival_time_us"].to_numpy(), None, None)
+                lines.append(f"  {len(requests)} request spans (upstream vLLM llm_request)")
+                found = True
+            if not found:
+                raise IngestError(p, None, BATCH_SUMMARY_EVENT, "neither step.BATCH_SUMMARY events nor request spans "
+                                  f"({SPAN_E2E}) in the file")
+            continue
+        if requests is not None:
+            raise IngestError(p, None, "<file>", "a second source of request rows for the same experiment")
+        if fmt == "inference-perf":
+            requests = ingest_request_lifecycle(p, experiment_id)
+            stages = _single_stage(requests["arrival_time_us"].to_numpy(), None, None)
+            lines.append("  one load stage at the achieved arrival rate (the profile's stages are not in this file)")
+        elif fmt == "guidellm":
+            requests, stages, info = read_guidellm(p, experiment_id, obj)
+            file_model, timeout_s = info["model"], info["timeout_s"]
+            lines += [f"  {n}" for n in info["notes"]]
+        else:
+            requests, stages, info = read_vllm_bench(p, experiment_id, obj)
+            file_model, timeout_s = info["model"], info["timeout_s"]
+            lines += [f"  {n}" for n in info["notes"]]
+    if requests is None:
+        raise IngestError(Path(inputs[0]), None, "requests", "no per-request data in the inputs: step traces alone "
+                          "cannot be scored; add the run's request file (inference-perf, guidellm, vllm bench, or "
+                          "request spans)")
+    model_id = model or file_model
+    if not model_id:
+        raise IngestError(Path(inputs[0]), None, "model", "the files do not name the model: pass --model")
+    defaults = []
+    settings = {}
+    for key, given in (("tensor_parallelism", tp), ("max_num_seqs", max_num_seqs),
+                       ("max_num_batched_tokens", max_num_batched_tokens), ("block_size", block_size)):
+        if given is None:
+            val, why = SERVER_DEFAULTS[key]
+            defaults.append(f"{key}={val} ({why})")
+            settings[key] = val
+        else:
+            if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+                raise ValueError(f"{key} must be a positive integer, got {given!r}")
+            settings[key] = int(given)
+    arch, arch_src = _resolve_model_config(model_id, out, model_config)
+    lines.append(f"model {model_id}: architecture from {arch_src}")
+    if kv_blocks is None:
+        try:
+            kv = estimate_kv_blocks(arch, settings["tensor_parallelism"], settings["block_size"])
+        except ValueError as e:
+            raise IngestError(out, None, "tensor_parallelism", str(e)) from None
+        defaults.append(f"kv_blocks_total_gpu={kv} (estimated: 80 GB x 0.9 per GPU minus the weights, "
+                        f"over the KV bytes of a {settings['block_size']}-token block)")
+    else:
+        if isinstance(kv_blocks, bool) or not isinstance(kv_blocks, int) or kv_blocks < 1:
+            raise ValueError(f"kv_blocks must be a positive integer, got {kv_blocks!r}")
+        kv = kv_blocks
+    if timeout_s is None:
+        defaults.append(f"request_timeout={DEFAULT_TIMEOUT_NOTE}")
+
+    if step_paths:
+        if len(step_paths) > 1:
+            raise IngestError(step_paths[1], None, "<file>", "step traces of one experiment must be in one file")
+        from evaluator.data import model_short_name
+        steps = ingest_step_traces(step_paths[0], experiment_id, model_short_name(model_id), workload,
+                                   settings["tensor_parallelism"])
+        lines.append(f"  {len(steps)} step rows (step.BATCH_SUMMARY)")
+
+    # experiments/<id>/
+    exp_dir = out / "experiments" / experiment_id
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    n = len(requests)
+    mean_in = int(round(float(requests.loc[~requests["has_error"], "input_tokens"].mean())))
+    mean_out = int(round(float(requests.loc[~requests["has_error"], "output_tokens"].mean())))
+    comments = {k: "default: not recorded by the input" for k in settings
+                if {"tensor_parallelism": tp, "max_num_seqs": max_num_seqs,
+                    "max_num_batched_tokens": max_num_batched_tokens, "block_size": block_size}[k] is None}
+    if kv_blocks is None:
+        comments["kv_blocks_total_gpu"] = "estimated from the model and 80 GB x 0.9 per GPU"
+    cfg = {"model": model_id, **settings, "kv_blocks_total_gpu": int(kv), "app": fmts[0]}
+    head = f"# written by `evolve ingest` from {', '.join(str(x) for x in inputs)}\n"
+    (exp_dir / "exp-config.yaml").write_text(head + _yaml_dump(cfg, comments))
+    profile = {
+        "load": {"stages": [{"rate": float(s["rate"]), "duration": float(s["duration"])} for s in stages],
+                 "request_timeout": timeout_s},
+        # every request its own prompt: none of these formats records shared prefixes
+        "data": {"type": "shared_prefix",
+                 "shared_prefix": {"num_unique_system_prompts": n, "num_users_per_system_prompt": 1,
+                                   "system_prompt_len": 0, "question_len": mean_in, "output_len": mean_out}},
+        "server": {"ignore_eos": False, "model_name": model_id},
+    }
+    (exp_dir / "profile.yaml").write_text(head + _yaml_dump(profile, {}))
+    for old in exp_dir.glob("stage_*_lifecycle_metrics.json"):
+        old.unlink()
+    for i, s in enumerate(stages):
+        lo = s["start"] * 1e6 if i else -math.inf
+        hi = stages[i + 1]["start"] * 1e6 if i + 1 < len(stages) else math.inf
+        (exp_dir / f"stage_{i}_lifecycle_metrics.json").write_text(
+            json.dumps(_stage_summary(requests, lo, hi), indent=2) + "\n")
+    written = write_ground_truth(steps, requests, out)
+    n_err = int(requests["has_error"].sum())
+    lines.append(f"wrote {exp_dir}: {len(stages)} stage(s); {n} requests ({n_err} failed) -> {written['requests']}"
+                 + (f"; {len(steps)} steps -> {written['steps']}" if steps is not None else ""))
+    if defaults:
+        lines.append("defaults used (give the flag to set them): " + "; ".join(defaults))
+    lines.append("prefix caching: every request is taken as a distinct prompt (the files do not record shared "
+                 "prefixes)")
+    if steps is None:
+        lines.append("no step rows (no step.BATCH_SUMMARY events): this experiment scores E2E, TTFT and ITL only, "
+                     "no per-step error")
+    return lines

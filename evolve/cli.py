@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from evaluator.baselines import BASELINES, baseline_records, run_baselines
 from evaluator.data import DataError, build_default_table, load, load_ground_truth
 from evaluator.evaluate import Evaluator
-from evaluator.ingest import IngestError, ingest_request_lifecycle, ingest_step_traces, write_ground_truth
+from evaluator.ingest import IngestError, ingest_request_lifecycle, ingest_run, ingest_step_traces, write_ground_truth
 from evaluator.objectives import Caps, finite_or_none, has_heldout, selection_loss
 from evaluator.components import MEASURED_NAMES
 from evaluator.program import ProgramError, parse_program
@@ -121,10 +121,22 @@ def cmd_make_default(args) -> int:
 
 
 def cmd_ingest(args) -> int:
+    if args.inputs:  # any format, detected: the whole ground-truth layout (docs/ingest.md)
+        if args.traces or args.lifecycle:
+            sys.exit("error: give input files or --traces/--lifecycle, not both")
+        try:
+            lines = ingest_run(args.inputs, args.out, args.experiment, model=args.model or None,
+                               model_config=args.model_config, tp=args.tp, workload=args.workload,
+                               max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                               block_size=args.block_size, kv_blocks=args.kv_blocks)
+        except (IngestError, ValueError) as e:
+            sys.exit(f"error: {e}")
+        print("\n".join(lines))
+        return 0
     steps = reqs = None
     try:
         if args.traces:
-            steps = ingest_step_traces(args.traces, args.experiment, args.model, args.workload, args.tp)
+            steps = ingest_step_traces(args.traces, args.experiment, args.model, args.workload, args.tp or 1)
         if args.lifecycle:
             reqs = ingest_request_lifecycle(args.lifecycle, args.experiment)
     except IngestError as e:
@@ -570,13 +582,25 @@ def build_parser() -> argparse.ArgumentParser:
                                                  / "default_workloads.json"))
     m.set_defaults(func=cmd_make_default)
 
-    i = sub.add_parser("ingest", help="convert vLLM OTEL traces / inference-perf lifecycle files")
-    i.add_argument("--traces", help="vLLM OTEL traces.json (OTLP JSON lines)")
-    i.add_argument("--lifecycle", help="inference-perf per_request_lifecycle_metrics.json")
+    i = sub.add_parser("ingest", help="convert a benchmark run (vLLM OTEL traces, inference-perf, guidellm, "
+                                      "vllm bench serve) into the ground-truth layout")
+    i.add_argument("inputs", nargs="*", metavar="FILE",
+                   help="files of one run, format detected: OTLP traces (fork step events and/or upstream request "
+                        "spans), inference-perf lifecycle, guidellm report, vllm bench serve --save-detailed JSON; "
+                        "writes experiments/<id>/, requests/, steps/ and model_configs/")
+    i.add_argument("--traces", help="vLLM OTEL traces.json (OTLP JSON lines): steps/ only")
+    i.add_argument("--lifecycle", help="inference-perf per_request_lifecycle_metrics.json: requests/ only")
     i.add_argument("--experiment", required=True)
-    i.add_argument("--model", default="")
+    i.add_argument("--model", default="", help="HF model id (default: what the file names)")
+    i.add_argument("--model-config", metavar="PATH", help="the model's Hugging Face config.json "
+                                                           "(default: shipped in evaluator/model_configs)")
     i.add_argument("--workload", default="")
-    i.add_argument("--tp", type=POSITIVE_INT, default=1)
+    i.add_argument("--tp", type=POSITIVE_INT, default=None, help="tensor parallelism (default 1)")
+    i.add_argument("--max-num-seqs", type=POSITIVE_INT, default=None, help="server setting (default 1024)")
+    i.add_argument("--max-num-batched-tokens", type=POSITIVE_INT, default=None, help="server setting (default 8192)")
+    i.add_argument("--block-size", type=POSITIVE_INT, default=None, help="KV block size (default 16)")
+    i.add_argument("--kv-blocks", type=POSITIVE_INT, default=None,
+                   help="KV blocks per GPU as vLLM logged them (default: estimated from the model)")
     i.add_argument("--out", required=True, metavar="DIR")
     i.set_defaults(func=cmd_ingest)
     return p
