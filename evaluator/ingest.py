@@ -1,6 +1,9 @@
 """`evolve ingest` backend: convert a user's own measurements into the ground-truth layout.
 
-Two inputs are understood:
+:func:`ingest_run` takes the files of one run in any of FORMATS (detected from content:
+the two below, plus guidellm reports, ``vllm bench serve --save-detailed`` results and
+upstream vLLM ``llm_request`` spans) and writes the whole layout, experiments/<id>/ included
+(docs/ingest.md). The two original readers:
 
 * vLLM OTEL step traces (``traces.json``): OTLP JSON as written by the OpenTelemetry
   collector's file exporter, one ``{"resourceSpans": [...]}`` object per line. Step data
@@ -1287,8 +1290,9 @@ def _stage_summary(req: pd.DataFrame, lo_us: float, hi_us: float) -> dict:
     }
 
 
-def _resolve_model_config(model_id: str, out: Path, model_config: str | os.PathLike | None) -> tuple[dict, str]:
-    """(architecture, where it came from); copies the config into out/model_configs/<name>/."""
+def _resolve_model_config(model_id: str, out: Path, model_config: str | os.PathLike | None
+                          ) -> tuple[dict, str, tuple[Path, Path] | None]:
+    """(architecture, where it came from, (config to copy, target) or None)."""
     from evaluator.data import load_default_table, read_arch
     from evaluator.model_configs import ModelConfigError, read_arch_file, shipped_config_path
     name = model_id.split("/")[-1]
@@ -1298,7 +1302,7 @@ def _resolve_model_config(model_id: str, out: Path, model_config: str | os.PathL
         src = Path(model_config)
         src = src / "config.json" if src.is_dir() else src
     elif target.exists():
-        return read_arch(target), f"{target} (already there)"
+        return read_arch(target), f"{target} (already there)", None
     else:
         src = shipped_config_path(model_id)
     if src is not None:
@@ -1306,12 +1310,10 @@ def _resolve_model_config(model_id: str, out: Path, model_config: str | os.PathL
             arch = read_arch_file(src)
         except ModelConfigError as e:
             raise IngestError(src, None, "model config", str(e)) from None
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(Path(src).read_text())
-        return arch, f"{src} -> {target}"
+        return arch, f"{src} -> {target}", (Path(src), target)
     for e in load_default_table()["experiments"]:
         if e["model_id"] == model_id:
-            return dict(e["arch"]), "the evaluator's embedded table (bundled model)"
+            return dict(e["arch"]), "the evaluator's embedded table (bundled model)", None
     from evaluator.model_configs import shipped_models
     raise IngestError(out, None, "model", f"no config.json for model {model_id!r}: pass --model-config PATH "
                       f"(a Hugging Face config.json) or one of the shipped names ({', '.join(shipped_models())})")
@@ -1416,7 +1418,7 @@ def ingest_run(
             if isinstance(given, bool) or not isinstance(given, int) or given < 1:
                 raise ValueError(f"{key} must be a positive integer, got {given!r}")
             settings[key] = int(given)
-    arch, arch_src = _resolve_model_config(model_id, out, model_config)
+    arch, arch_src, copy = _resolve_model_config(model_id, out, model_config)
     lines.append(f"model {model_id}: architecture from {arch_src}")
     if kv_blocks is None:
         try:
@@ -1440,7 +1442,10 @@ def ingest_run(
                                    settings["tensor_parallelism"])
         lines.append(f"  {len(steps)} step rows (step.BATCH_SUMMARY)")
 
-    # experiments/<id>/
+    # everything is read and checked: write
+    if copy is not None:
+        copy[1].parent.mkdir(parents=True, exist_ok=True)
+        copy[1].write_text(copy[0].read_text())
     exp_dir = out / "experiments" / experiment_id
     exp_dir.mkdir(parents=True, exist_ok=True)
     n = len(requests)

@@ -182,6 +182,13 @@ def test_heads_that_do_not_split_are_one_line(tmp_path):
     with pytest.raises(IngestError) as ei:
         run(tmp_path, FIX / "vllm_bench.json", model="Qwen/Qwen2.5-7B-Instruct", tp=8)
     assert "TP 8 does not divide num_attention_heads 28" in str(ei.value) and "\n" not in str(ei.value)
+    assert not (tmp_path / "gt").exists()
+
+
+def test_bad_step_trace_beside_good_requests_writes_nothing(tmp_path):
+    with pytest.raises(IngestError) as ei:
+        run(tmp_path, FIX / "vllm_bench.json", OLD / "traces_truncated.json")
+    assert ei.value.field == "<json>" and not (tmp_path / "gt").exists()
 
 
 # ---------------------------------------------------------------- malformed input: one line naming the field
@@ -201,7 +208,7 @@ def _expect(tmp_path, path, field, words):
     assert "\n" not in msg and str(path) in msg
     assert ei.value.field == field, msg
     assert words in msg, msg
-    assert not (tmp_path / "gt" / "requests").exists()  # nothing half-written
+    assert not (tmp_path / "gt").exists()  # nothing half-written
 
 
 def _gl_req(o, status="successful", i=0, b=0):
