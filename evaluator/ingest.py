@@ -1241,7 +1241,8 @@ def ingest_request_spans(path: str | os.PathLike, experiment_id: str) -> pd.Data
                 raise IngestError(p, lineno, key, str(exc)) from None
             if vals[key] < 0:
                 raise IngestError(p, lineno, key, f"must be >= 0, got {vals[key]}")
-        failed = "abort" in _otlp_str_list(attrs.get(SPAN_FINISH))
+        # a list of strings, or one string (vLLM writes json.dumps of the list)
+        failed = any("abort" in x for x in _otlp_str_list(attrs.get(SPAN_FINISH)))
         if not failed:
             if vals[SPAN_E2E] + 1e-9 < vals[SPAN_TTFT]:
                 raise IngestError(p, lineno, SPAN_E2E, f"e2e < ttft ({vals[SPAN_E2E]} s < {vals[SPAN_TTFT]} s)")

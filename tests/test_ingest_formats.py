@@ -144,6 +144,15 @@ def test_todays_formats_through_the_whole_layout(tmp_path):
     assert not any("scores E2E, TTFT and ITL only" in x for x in lines)
 
 
+def test_finish_reasons_as_one_json_string(tmp_path):
+    def mutate(span, attrs):
+        attrs["gen_ai.response.finish_reasons"]["value"] = {"stringValue": '["abort"]'}
+    p = tmp_path / "traces.json"
+    p.write_text(_span_lines(mutate))
+    _, _, gt = run(tmp_path, p)
+    assert list(gt.requests["has_error"]) == [False, True, False, True, False, False, False, False]
+
+
 def test_given_settings_and_model_config(tmp_path):
     from evaluator.model_configs import shipped_config_path
     out, lines, gt = run(tmp_path, FIX / "vllm_bench.json", model="acme/my-nemo",
