@@ -240,6 +240,10 @@ def cmd_run(args) -> int:
             sys.exit(f"error: no run {args.resume!r} in {args.archive}")
         stored = run["config"]
     cfg = config_from_args(args, stored)
+    from evolve.llm import unpriced_cap
+    unpriced = unpriced_cap(cfg)  # a cost cap nobody can price would not hold
+    if unpriced:
+        sys.exit(f"error: {unpriced}")
     if cfg.ray_address and cfg.executor != "ray":
         sys.exit("error: --ray-address needs --executor ray")
     if cfg.executor == "ray" and cfg.ray_address:
@@ -449,6 +453,7 @@ def _float_range(lo: float, hi: float = math.inf, lo_open: bool = True, hi_open:
 POSITIVE_INT = _int_at_least(1)
 NON_NEGATIVE_INT = _int_at_least(0)
 POSITIVE = _float_range(0.0)
+NON_NEGATIVE = _float_range(0.0, lo_open=False)
 FRACTION = _float_range(0.0, 1.0)
 
 
@@ -505,6 +510,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-llm-tokens", type=POSITIVE_INT, metavar="N", default=None,
                    help="LLM token cap (prompt + completion) for the whole run; at the cap the run goes on "
                         "with the offline operator")
+    r.add_argument("--llm-price-in", type=NON_NEGATIVE, metavar="USD_PER_MTOK", default=None,
+                   help="the model's price per million prompt tokens (needed by --max-llm-cost when litellm "
+                        "does not know the model; stored with the run)")
+    r.add_argument("--llm-price-out", type=NON_NEGATIVE, metavar="USD_PER_MTOK", default=None,
+                   help="the model's price per million completion tokens")
+    r.add_argument("--llm-timeout", type=POSITIVE, metavar="S", default=None,
+                   help="total deadline of one LLM call in seconds: connect, first byte and the whole reply "
+                        "(default 120); a call past it is recorded as failed")
     r.set_defaults(func=cmd_run)
 
     pl = sub.add_parser("pilot", help="K independent runs with seeds S..S+K-1 and their spread")
@@ -612,7 +625,9 @@ def _check_combinations(p: argparse.ArgumentParser, args) -> None:
         return
     if args.resume is None:
         for flag, val in (("--replay", args.replay), ("--llm-base", args.llm_base),
-                          ("--max-llm-cost", args.max_llm_cost), ("--max-llm-tokens", args.max_llm_tokens)):
+                          ("--max-llm-cost", args.max_llm_cost), ("--max-llm-tokens", args.max_llm_tokens),
+                          ("--llm-price-in", args.llm_price_in), ("--llm-price-out", args.llm_price_out),
+                          ("--llm-timeout", args.llm_timeout)):
             if val is not None and not args.llm:
                 p.error(f"{flag} needs --llm MODEL")
 

@@ -2,7 +2,7 @@
 
 The archive keeps `RunConfig.to_json()` in `runs.config`; `--resume RUN` rebuilds the same
 value with `RunConfig.from_json` and takes only what may change between sessions (budget,
-workers, and the LLM spend caps when given again) from the command line, so a resumed run cannot silently change its seed, data,
+workers, and the LLM spend caps, prices and deadline when given again) from the command line, so a resumed run cannot silently change its seed, data,
 operator or Go cap.
 """
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from evaluator.objectives import Caps
 
 RESUMABLE = ("budget", "workers", "executor", "ray_address")  # what a --resume may change
-SPEND_CAPS = ("max_llm_cost", "max_llm_tokens")  # kept on --resume unless given again
+SPEND_CAPS = ("max_llm_cost", "max_llm_tokens", "llm_price_in", "llm_price_out", "llm_timeout")  # kept on
+# --resume unless given again
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,14 @@ class RunConfig:
     ray_address: str | None = None  # a running Ray cluster; None starts a local one
     max_llm_cost: float | None = None  # USD for the whole run (evolve.spend); None: no cap
     max_llm_tokens: int | None = None
+    llm_price_in: float | None = None  # USD per million prompt tokens; None: litellm's price, if it knows one
+    llm_price_out: float | None = None  # USD per million completion tokens
+    llm_timeout: float = 120.0  # total deadline of one LLM call in seconds (connect, first byte, whole reply)
+
+    def llm_prices_per_token(self) -> tuple[float | None, float | None]:
+        """The given prices in USD per token (None where not given)."""
+        return (None if self.llm_price_in is None else self.llm_price_in / 1e6,
+                None if self.llm_price_out is None else self.llm_price_out / 1e6)
 
     def to_json(self) -> dict:
         """What the archive stores in runs.config (caps as {ops, conditionals, constants})."""
@@ -71,8 +80,12 @@ def config_from_args(args, stored: Mapping | None = None, seed: int | None = Non
         "holdout": not getattr(args, "no_holdout", False),
         "executor": getattr(args, "executor", "local"), "ray_address": getattr(args, "ray_address", None),
         "max_llm_cost": getattr(args, "max_llm_cost", None), "max_llm_tokens": getattr(args, "max_llm_tokens", None),
+        "llm_price_in": getattr(args, "llm_price_in", None), "llm_price_out": getattr(args, "llm_price_out", None),
+        "llm_timeout": getattr(args, "llm_timeout", None),
     }
     if stored is None:
+        if from_flags["llm_timeout"] is None:
+            del from_flags["llm_timeout"]
         return RunConfig(**from_flags)
     caps = {k: from_flags[k] for k in SPEND_CAPS if from_flags[k] is not None}
     return replace(RunConfig.from_json(stored), **{k: from_flags[k] for k in RESUMABLE}, **caps)

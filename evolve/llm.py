@@ -26,11 +26,20 @@ json.dumps({model, messages, temperature, max_tokens, seed}, sort_keys=True). On
 replies the server actually returned (HTTP 200 with a message) are stored; transport
 errors are not. A hit makes no call and returns cached=True with the recorded tokens,
 cost and latency of the original call (so budgets should count only cached=False).
+
+Deadline: every network call is bounded by `timeout_s` in total (connect, first byte and the
+whole reply, litellm's retries included). litellm's own `timeout` is an idle timeout (a
+server trickling one byte a second never trips it), so the call runs in a daemon thread and
+`propose` stops waiting at the deadline; the call is recorded as failed ("no complete reply
+within ...") and counted at its spend reservation. Costs and the spend cap: `evolve.spend`;
+an impossible reported cost is an error naming the call (its index in the run, the model)
+and stops every further LLM call of the session.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import threading
 import time
@@ -43,6 +52,9 @@ from evaluator.components import COMPONENT_DOCS, COMPONENTS
 from evaluator.objectives import Caps
 from evaluator.program import Program, ProgramError, parse_program
 from evolve.reply_parse import ReplyError, check_caps, extract_program
+from evolve.spend import ABSURD_FACTOR, MAX_CALL_COST_USD
+
+MESSAGE_OVERHEAD_TOKENS = 16  # chat-template tokens per message, on top of at most one token per byte
 
 KINDS = ("improve", "simplify", "crossover")
 MAX_ERROR_CHARS = 600
@@ -238,8 +250,28 @@ def _field(obj, name):
 def _int_or_none(v) -> int | None:
     try:
         return int(v) if v is not None else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+class LLMDeadline(Exception):
+    """The call had no complete reply within its total deadline."""
+
+
+def known_price(model: str) -> tuple[float, float] | None:
+    """litellm's (input, output) USD per token for `model`, or None when it does not know them."""
+    try:
+        info = _litellm().get_model_info(model)
+    except Exception:  # noqa: BLE001 - unmapped model
+        return None
+    pin, pout = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+    try:
+        pin, pout = float(pin), float(pout)
     except (TypeError, ValueError):
         return None
+    if not (math.isfinite(pin) and math.isfinite(pout) and pin >= 0 and pout >= 0):
+        return None
+    return pin, pout
 
 
 class LLMMutator:
@@ -264,6 +296,24 @@ class LLMMutator:
         self.enforce_caps = enforce_caps
         self.extra_params = dict(extra_params or {})
         self.spend = None  # an evolve.spend.Spend: its cap is checked before every network call
+        self._price: tuple[float, float] | None | bool = False  # resolved on first use
+
+    def price(self) -> tuple[float, float] | None:
+        """(input, output) USD per token: the prices given, else litellm's, else None."""
+        if self._price is False:
+            given = self.cost_per_input_token is not None or self.cost_per_output_token is not None
+            self._price = ((float(self.cost_per_input_token or 0.0), float(self.cost_per_output_token or 0.0))
+                           if given else known_price(self.model))
+        return self._price
+
+    def call_bound(self, messages) -> float | None:
+        """The most one call with these messages can cost at the price (USD), or None: a prompt
+        has at most one token per UTF-8 byte (+ the chat template), a reply at most max_tokens."""
+        price = self.price()
+        if price is None:
+            return None
+        n_in = sum(len(str(m.get("content") or "").encode("utf-8")) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+        return n_in * price[0] + max(0, int(self.max_tokens)) * price[1]
 
     # ------------------------------------------------------------ one call
     def propose(self, kind: str, parents: Sequence[ParentInfo], caps: Caps | None = None,
@@ -294,13 +344,31 @@ class LLMMutator:
             return res
         else:
             res.error = None
-            capped = self.spend.exhausted() if self.spend is not None else None
-            if capped:  # checked before every network call
-                res.error = f"llm spend cap reached: {capped}"
-                return res
-            called = self._call(messages, seed, res)
-            if self.spend is not None:
-                self.spend.add(res.cost_usd, res.prompt_tokens, res.completion_tokens)
+            bound, index = None, None
+            if self.spend is not None:  # checked before every network call, with this call's bound reserved
+                bound = self.call_bound(messages)
+                index, capped = self.spend.reserve(bound)
+                if capped:
+                    res.error = f"llm spend cap reached: {capped}"
+                    return res
+            counted = None
+            try:
+                called, timed_out = self._call(messages, seed, res)
+                counted = bound if timed_out else res.cost_usd
+                if called or res.prompt_tokens is not None or res.completion_tokens is not None:
+                    bad = self._impossible_cost(res, bound)
+                    if bad is not None:
+                        called, counted = False, bound
+                        res.error = (f"llm call {index if index is not None else '?'} ({self.model}): {bad}; "
+                                     "no further LLM calls in this session")
+                        if self.spend is not None:
+                            self.spend.halt(res.error)
+                        res.cost_usd = bound
+                if not called and counted:  # possibly billed: kept for --resume, never a cache hit
+                    self._record_failure(key, res, counted, seed)
+            finally:
+                if self.spend is not None:
+                    self.spend.settle(bound, counted, res.prompt_tokens, res.completion_tokens)
             if not called:
                 return res
             if self.cache is not None:
@@ -321,21 +389,54 @@ class LLMMutator:
             res.error = f"invalid program: reply could not be validated ({_short(e)})"
         return res
 
-    def _call(self, messages, seed, res: LLMResult) -> bool:
-        """The HTTP call; fills res. False if there is no reply text to parse."""
-        t0 = time.perf_counter()
+    def _completion(self, litellm, kwargs):
+        """litellm.completion(**kwargs), waited for at most timeout_s in total (see the module doc).
+        The thread of a call past its deadline is a daemon: it cannot hold the process."""
+        box: dict = {}
+        done = threading.Event()
+
+        def target():
+            try:
+                box["resp"] = litellm.completion(**kwargs)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box["exc"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=target, daemon=True, name="llm-call").start()
+        if not done.wait(self.timeout_s):
+            raise LLMDeadline(f"no complete reply within the deadline of {self.timeout_s:g} s")
+        if "exc" in box:
+            raise box["exc"]
+        return box["resp"]
+
+    def _call(self, messages, seed, res: LLMResult) -> tuple[bool, bool]:
+        """The HTTP call; fills res. (whether there is reply text to parse, whether the call was
+        stopped at its deadline)."""
         try:
             litellm = _litellm()
+        except Exception as e:
+            res.error = f"llm call failed: {_short(e)}"
+            return False, False
+        t0 = time.perf_counter()
+        try:
             kwargs = dict(model=self.model, messages=messages, api_base=self.api_base, api_key=self.api_key,
                           temperature=self.temperature, max_tokens=self.max_tokens, seed=seed,
                           timeout=self.timeout_s, max_retries=self.max_retries)
             kwargs.update(self.extra_params)
-            resp = litellm.completion(**kwargs)
+            resp = self._completion(litellm, kwargs)
+        except LLMDeadline as e:
+            res.latency_s = time.perf_counter() - t0
+            res.error = f"llm call failed: {e}"
+            return False, True
         except Exception as e:
             res.latency_s = time.perf_counter() - t0
             res.error = f"llm call failed: {_short(e)}"
-            return False
+            return False, False
         res.latency_s = time.perf_counter() - t0
+        return self._read_response(resp, res), False
+
+    def _read_response(self, resp, res: LLMResult) -> bool:
         try:
             usage = _field(resp, "usage")
             res.prompt_tokens = _int_or_none(_field(usage, "prompt_tokens"))
@@ -362,20 +463,65 @@ class LLMMutator:
         return True
 
     def _cost(self, resp, res: LLMResult) -> float | None:
-        litellm = _litellm()
+        """The call's cost: what the server reports (usage.cost), else tokens x price, else
+        litellm's figure; None when unknown. Checked by `_impossible_cost`."""
+        reported = _field(_field(resp, "usage"), "cost")
+        if reported is not None:
+            try:
+                return float(reported)
+            except (TypeError, ValueError, OverflowError):
+                return math.nan
+        computed = self._computed_cost(res)
+        if computed is not None:
+            return computed
         try:
-            known = litellm.completion_cost(completion_response=resp, model=self.model)
-        except Exception:  # unknown model: fall through to the given prices
-            known = None
-        given = self.cost_per_input_token is not None or self.cost_per_output_token is not None
-        if known is not None and (known > 0 or not given):
-            return float(known)
-        if not given:
+            known = _litellm().completion_cost(completion_response=resp, model=self.model)
+        except Exception:  # noqa: BLE001 - unknown model
             return None
-        if res.prompt_tokens is None and res.completion_tokens is None:
+        return None if known is None else float(known)
+
+    def _computed_cost(self, res: LLMResult) -> float | None:
+        price = self.price()
+        if price is None or (res.prompt_tokens is None and res.completion_tokens is None):
             return None
-        return ((res.prompt_tokens or 0) * (self.cost_per_input_token or 0.0)
-                + (res.completion_tokens or 0) * (self.cost_per_output_token or 0.0))
+        return (res.prompt_tokens or 0) * price[0] + (res.completion_tokens or 0) * price[1]
+
+    def _impossible_cost(self, res: LLMResult, bound: float | None) -> str | None:
+        """Why the reported usage or cost cannot be true, or None."""
+        if (res.prompt_tokens or 0) < 0 or (res.completion_tokens or 0) < 0:
+            return (f"negative token count reported (prompt_tokens={res.prompt_tokens}, "
+                    f"completion_tokens={res.completion_tokens})")
+        cost = res.cost_usd
+        if cost is None:
+            if self.spend is not None and self.spend.max_cost_usd is not None:
+                return "cost unknown under a cost cap (give the model's price: --llm-price-in/--llm-price-out)"
+            return None
+        if not math.isfinite(cost):
+            return f"reported cost is not a number ({cost!r})"
+        if cost < 0:
+            return f"reported cost is negative (${cost:g})"
+        if cost > MAX_CALL_COST_USD:
+            return f"reported cost ${cost:g} is more than ${MAX_CALL_COST_USD:g} for one call"
+        computed = self._computed_cost(res)
+        if computed is not None and cost > ABSURD_FACTOR * computed + 1e-6:
+            return f"reported cost ${cost:g} is more than {ABSURD_FACTOR:g}x price x tokens (${computed:g})"
+        if bound is not None and cost > bound * (1 + 1e-9) + 1e-12:
+            return (f"reported cost ${cost:g} is more than this call can cost at the price (${bound:g} for its "
+                    f"prompt and max_tokens={self.max_tokens}); is the price right?")
+        return None
+
+    def _record_failure(self, key: str, res: LLMResult, counted: float, seed) -> None:
+        """A failed call that may have been billed, stored under its own key so that `Spend.of_run`
+        counts it on --resume (never returned as a cached reply)."""
+        if self.cache is None:
+            return
+        try:
+            self.cache.put(f"{key}:failed:{time.time_ns()}", {
+                "model": self.model, "reply_text": None, "prompt_tokens": res.prompt_tokens,
+                "completion_tokens": res.completion_tokens, "cost_usd": counted, "latency_s": res.latency_s,
+                "error": res.error, "seed": seed, "created": time.time()})
+        except Exception:  # noqa: S110 - best effort, like the cache
+            pass
 
     def _extract(self, res: LLMResult, parents: Sequence[ParentInfo], caps: Caps | None) -> None:
         parent_source = parents[0].source if parents else None
@@ -442,3 +588,27 @@ class LLMMutator:
         if isinstance(r, Mapping):
             return ProposalRequest(**r)
         return ProposalRequest(*r)
+
+
+# ---------------------------------------------------------------- from a run's configuration
+
+def mutator_for(cfg, cache=None) -> LLMMutator:
+    """The LLM operator of a run (`evolve.config.RunConfig`): its model, server, prices and deadline."""
+    pin, pout = cfg.llm_prices_per_token()
+    return LLMMutator(cfg.llm, api_base=cfg.llm_base, cache=cache, replay_only=bool(cfg.replay),
+                      timeout_s=cfg.llm_timeout, cost_per_input_token=pin, cost_per_output_token=pout)
+
+
+def unpriced_cap(cfg) -> str | None:
+    """Why a run may not start: a cost cap on a model whose price nobody knows (litellm does not,
+    and --llm-price-in/--llm-price-out were not given) could not be enforced. None when fine."""
+    if not cfg.llm or cfg.max_llm_cost is None or cfg.replay:
+        return None
+    if cfg.llm_price_in is not None or cfg.llm_price_out is not None:
+        if cfg.llm_price_in is None or cfg.llm_price_out is None:
+            return "give both --llm-price-in and --llm-price-out (USD per million tokens)"
+        return None
+    if known_price(cfg.llm) is None:
+        return (f"--max-llm-cost: litellm does not know the price of {cfg.llm!r}; give it with "
+                "--llm-price-in USD_PER_MTOK --llm-price-out USD_PER_MTOK")
+    return None

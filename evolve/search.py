@@ -32,7 +32,7 @@ from evaluator.program import Program, ProgramError, parse_program
 from evaluator.records import Evaluation
 from evolve.archive import Archive
 from evolve.config import RunConfig
-from evolve.llm import LLMMutator, ParentInfo, ProposalRequest
+from evolve.llm import ParentInfo, ProposalRequest, mutator_for
 from evolve.mutate import OPERATOR_WEIGHTS, OfflineMutator
 from evolve.views.holdout_table import split_errors
 from evolve.pareto import cell_key, hypervolume, pareto_front, select_nsga2
@@ -144,7 +144,7 @@ class Search:
         self.spend = Spend(cfg.max_llm_cost, cfg.max_llm_tokens)
         self._cap_noted = False
         if cfg.llm:
-            self.llm = LLMMutator(cfg.llm, api_base=cfg.llm_base, cache=archive, replay_only=bool(cfg.replay))
+            self.llm = mutator_for(cfg, cache=archive)  # model, server, prices, deadline
             self.llm.spend = self.spend
         self.rng = random.Random(cfg.seed)
         # `constant` is left out: constants are fitted, so it cannot yield a new candidate

@@ -11,11 +11,19 @@ Replies come from a queue of (status, body) pairs, or from `stub.handler`, a fun
 (request_json) -> (status, body) used when the queue is empty. With neither, the server
 answers 500. `body` is a dict/list (sent as JSON) or a str/bytes (sent verbatim). An
 optional `delay_s` per scripted reply lets tests exercise concurrency.
+
+Hostile servers (`push_hostile(mode, body, interval_s)`, or `stub.mode` for every reply):
+  "trickle"  headers, then the body one byte every interval_s (never idle long enough for
+             an idle timeout)
+  "stall"    headers, then nothing until the server stops
+  "close"    headers and half the body, then the connection is closed
+`stub.stop()` ends stalled and trickling replies.
 """
 from __future__ import annotations
 
 import collections
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -49,6 +57,8 @@ class StubServer:
         self.handler = None  # optional callable(request_json) -> (status, body)
         self.requests: list = []  # parsed request bodies (or raw text if not JSON)
         self.paths: list[str] = []
+        self.mode: tuple[str, float] | None = None  # (hostile mode, interval_s) for every reply
+        self._stopping = threading.Event()
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -69,10 +79,12 @@ class StubServer:
                     stub.paths.append(self.path)
                     item = stub._queue.popleft() if stub._queue else None
                     fn = stub.handler
+                hostile = stub.mode
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     status, body, delay = 404, {"error": {"message": f"no route {self.path}"}}, 0.0
                 elif item is not None:
-                    status, body, delay = item
+                    status, body, delay = item[:3]
+                    hostile = item[3] if len(item) > 3 else hostile
                 elif fn is not None:
                     status, body = fn(req)
                     delay = 0.0
@@ -90,7 +102,31 @@ class StubServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if hostile is None:
+                    self.wfile.write(data)
+                    return
+                self._hostile(data, *hostile)
+
+            def _hostile(self, data: bytes, mode: str, interval_s: float) -> None:
+                self.close_connection = True
+                self.wfile.flush()
+                try:
+                    if mode == "trickle":
+                        for i in range(len(data)):
+                            if stub._stopping.wait(interval_s):
+                                return
+                            self.wfile.write(data[i:i + 1])
+                            self.wfile.flush()
+                    elif mode == "stall":
+                        stub._stopping.wait()
+                    elif mode == "close":
+                        self.wfile.write(data[: len(data) // 2])
+                        self.wfile.flush()
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    else:
+                        raise ValueError(f"unknown hostile mode {mode!r}")
+                except OSError:  # the client gave up
+                    pass
 
             def do_GET(self):  # noqa: N802
                 data = json.dumps({"object": "list", "data": [{"id": "stub-model", "object": "model"}]}).encode()
@@ -109,6 +145,13 @@ class StubServer:
     def push(self, status: int, body, delay_s: float = 0.0) -> None:
         with self._lock:
             self._queue.append((status, body, delay_s))
+
+    def push_hostile(self, mode: str, body=None, interval_s: float = 0.2) -> None:
+        """One reply sent the hostile way `mode` (module doc); body: a chat completion by default."""
+        body = chat_completion("```python\nA = 1.0\n\ndef predict_step_time(P):\n    return A + P\n```") \
+            if body is None else body
+        with self._lock:
+            self._queue.append((200, body, 0.0, (mode, interval_s)))
 
     def push_reply(self, content: str | None, delay_s: float = 0.0, **kw) -> None:
         self.push(200, chat_completion(content, **kw), delay_s)
@@ -130,6 +173,7 @@ class StubServer:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:
