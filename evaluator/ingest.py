@@ -477,7 +477,7 @@ def _sub(container: dict, key: str, path: Path, line: int, field: str) -> dict:
     return v
 
 
-def _parse_lifecycle_record(rec: Any, idx: int, path: Path, line: int) -> dict[str, Any]:
+def _parse_lifecycle_record(rec: Any, idx: int, path: Path, line: int, client_ttft: bool = False) -> dict[str, Any]:
     if not isinstance(rec, dict):
         raise IngestError(path, line, f"[{idx}]", f"request record must be an object, got {type(rec).__name__}")
     start = _number(rec, "start_time", path, line, "start_time")
@@ -549,11 +549,15 @@ def _parse_lifecycle_record(rec: Any, idx: int, path: Path, line: int) -> dict[s
     # TTFT as inference-perf defines it (reportgen summarize_requests): first streamed
     # timestamp - start_time, only for successful requests with more than one timestamp.
     ttft = float(times[0]) - start if (not has_error and len(times) > 1) else math.nan
+    if client_ttft and not has_error and len(times) <= 1:
+        # what the client saw: its only timestamp, else (not streamed) the whole reply at the end
+        ttft = (float(times[0]) if times else end) - start
     if has_error and not input_tokens:
         # no reply: the failed-request form the reader keeps as load (docs/failed_requests.md)
         output_tokens = 0
     return {
         "start": start,
+        "few_times": len(times) <= 1,
         "input_tokens": input_tokens or 0,
         "output_tokens": output_tokens or 0,
         "has_error": has_error,
@@ -566,6 +570,7 @@ def ingest_request_lifecycle(
     path: str | os.PathLike,
     experiment_id: str,
     t0: float | None = None,
+    client_ttft: bool = False,
 ) -> pd.DataFrame:
     """Convert inference-perf's ``per_request_lifecycle_metrics.json`` into requests rows.
 
@@ -575,6 +580,9 @@ def ingest_request_lifecycle(
     end_time - start_time, ``ttft_s`` = output_token_times[0] - start_time (NaN for failed
     or non-streamed requests), ``has_error`` = error is set, ``prefix_group`` = "" (the
     file does not say which shared prefix a prompt used). Raises :class:`IngestError`.
+    ``client_ttft``: a successful request with fewer than two timestamps gets the TTFT the
+    client saw (its one timestamp, else the end: not streamed) instead of NaN; the evaluator's
+    reader wants a TTFT on every successful request (``ingest_run`` sets it).
     """
     path = Path(path)
     if not isinstance(experiment_id, str) or not experiment_id:
@@ -582,7 +590,7 @@ def ingest_request_lifecycle(
     rows = []
     for i, (line, rec) in enumerate(_iter_json_records(path)):
         try:
-            rows.append(_parse_lifecycle_record(rec, i, path, line))
+            rows.append(_parse_lifecycle_record(rec, i, path, line, client_ttft))
         except IngestError as exc:
             raise IngestError(exc.path, exc.line, exc.field, f"{exc.problem} (request record {i})") from None
     if not rows:
@@ -599,12 +607,15 @@ def ingest_request_lifecycle(
     df["request_index"] = np.arange(len(df), dtype=np.int64)
     df["arrival_time_us"] = np.rint((df["start"].to_numpy() - origin) * 1e6).astype(np.int64)
     df["prefix_group"] = ""
-    df = _conform(df.drop(columns="start"), REQUESTS_DTYPES, "requests")
+    df = _conform(df.drop(columns=["start", "few_times"]), REQUESTS_DTYPES, "requests")
     df.attrs["ingest_stats"] = {
         "records": len(df),
         "failed": int(df["has_error"].sum()),
         "successful_without_ttft": int((~df["has_error"] & df["ttft_s"].isna()).sum()),
     }
+    if client_ttft:
+        df.attrs["ingest_stats"]["successful_few_timestamps"] = sum(
+            1 for r in rows if not r["has_error"] and r["few_times"])
     return df
 
 
@@ -1389,9 +1400,13 @@ def ingest_run(
         if requests is not None:
             raise IngestError(p, None, "<file>", "a second source of request rows for the same experiment")
         if fmt == "inference-perf":
-            requests = ingest_request_lifecycle(p, experiment_id)
+            requests = ingest_request_lifecycle(p, experiment_id, client_ttft=True)
             stages = _single_stage(requests["arrival_time_us"].to_numpy(), None, None)
             lines.append("  one load stage at the achieved arrival rate (the profile's stages are not in this file)")
+            few = requests.attrs["ingest_stats"]["successful_few_timestamps"]
+            if few:
+                lines.append(f"  {few} successful request(s) with fewer than two token timestamps: TTFT is the one "
+                             "timestamp, or the end when none (not streamed)")
         elif fmt == "guidellm":
             requests, stages, info = read_guidellm(p, experiment_id, obj)
             file_model, timeout_s = info["model"], info["timeout_s"]

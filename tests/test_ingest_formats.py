@@ -142,6 +142,9 @@ def test_todays_formats_through_the_whole_layout(tmp_path):
     d = [x for x in lines if x.startswith("defaults")][0]
     assert "max_num_seqs" not in d and "tensor_parallelism" not in d and "block_size=16" in d
     assert not any("scores E2E, TTFT and ITL only" in x for x in lines)
+    # the one-token request (sent at 1002.0 s, its only timestamp 1002.9 s): the TTFT the client saw
+    assert gt.requests.loc[4, "ttft_s"] == pytest.approx(0.9)
+    assert any("1 successful request(s) with fewer than two token timestamps" in x for x in lines)
 
 
 def test_finish_reasons_as_one_json_string(tmp_path):
