@@ -22,7 +22,7 @@ from evaluator import kernels as kt
 from evaluator.components import model_vector
 from evaluator.errors import DataError
 from evaluator.failed_requests import DEFAULT_TIMEOUT_S, FAILED_FORM, error_mask, failed_form, recovered_prompts
-from evaluator.gt_contract import check_contract
+from evaluator.gt_contract import check_contract, check_file, check_regular_files, check_table
 from evaluator.model_configs import arch_from_config, kv_bytes_per_token, shipped_config_path, weight_bytes
 
 DEFAULT_TABLE = "default_workloads.json"
@@ -219,7 +219,9 @@ def _workload_of(exp_id: str) -> str:
 
 def read_arch(config_path: Path) -> dict:
     """A Hugging Face config.json, every stated field honoured (evaluator.model_configs)."""
-    return arch_from_config(_load_yaml(config_path), str(config_path))
+    cfg = _load_yaml(config_path)
+    check_file("model-config", cfg, config_path)  # schema at the edge (evaluator.gt_contract)
+    return arch_from_config(cfg, str(config_path))
 
 
 def read_hardware(hw_dir: Path) -> dict:
@@ -227,6 +229,7 @@ def read_hardware(hw_dir: Path) -> dict:
     if not path.exists():
         return dict(DEFAULT_HW)
     d = _load_yaml(path)
+    check_file("hardware", d, path)
     bf16 = _get(d, "compute.bf16_tensor_core", path)
     sparse = bool(d.get("compute", {}).get("with_sparsity", False))
     return {
@@ -251,6 +254,7 @@ def estimate_kv_blocks(arch: dict, tp: int, block_size: int = 16, gpu_mem_gb: fl
 def load_ground_truth(data_dir: str | Path) -> GroundTruth:
     """Read a ground-truth directory (layout of ../shared/data); validate as we go."""
     root = Path(data_dir)
+    check_regular_files(root)  # a FIFO named like a data file would block the reader forever
     exp_root = root / "experiments"
     if not exp_root.is_dir():
         raise DataError(f"{exp_root}: missing (experiments/ is required in a ground-truth directory)")
@@ -262,6 +266,7 @@ def load_ground_truth(data_dir: str | Path) -> GroundTruth:
         for col in ("experiment_id", "cfg_kv_blocks_total_gpu"):
             if col not in m.columns:
                 raise DataError(f"{meta_path}: missing column '{col}'")
+        check_table("replay-meta", m, meta_path)
         meta = {r.experiment_id: r for r in m.itertuples()}
     requests = _read_requests(root / "requests" / "requests.parquet")
     steps = _read_steps(root / "steps" / "steps.parquet")
@@ -300,6 +305,7 @@ def _read_requests(path: Path) -> pd.DataFrame | None:
         df["has_error"] = False
     df["has_error"] = error_mask(df)
     _check_request_rows(df, path)
+    check_table("requests", df, path)
     return df.sort_values(["experiment_id", "arrival_time_us"], kind="stable").reset_index(drop=True)
 
 
@@ -368,6 +374,7 @@ def _read_steps(path: Path) -> pd.DataFrame | None:
         if df[c].isna().any() or (df[c] < 0).any():
             raise DataError(f"{path}: column '{c}' has missing or negative values "
                             f"(first at row {int(np.flatnonzero((df[c].isna() | (df[c] < 0)).to_numpy())[0])})")
+    check_table("steps", df, path)
     return df.sort_values(["experiment_id", "step_id"], kind="stable").reset_index(drop=True)
 
 
@@ -376,10 +383,12 @@ def _read_experiment(d: Path, root: Path, hw: dict, meta_row, arch_cache, reques
     cfg = _load_yaml(cfg_path)
     if not isinstance(cfg, dict):
         raise DataError(f"{cfg_path}: expected a mapping")
+    check_file("exp-config", cfg, cfg_path)
     model_id = str(_get(cfg, "model", cfg_path, str))
     tp = _get(cfg, "tensor_parallelism", cfg_path, int)
     prof_path = d / "profile.yaml"
     prof = _load_yaml(prof_path)
+    check_file("profile", prof, prof_path)
     sp = prof.get("data", {}).get("shared_prefix", {}) if isinstance(prof, dict) else {}
     stages_cfg = prof.get("load", {}).get("stages") if isinstance(prof, dict) else None
     if not stages_cfg:
@@ -389,6 +398,7 @@ def _read_experiment(d: Path, root: Path, hw: dict, meta_row, arch_cache, reques
     timeout = _request_timeout(prof, prof_path)
     if resolved.exists():  # what inference-perf actually used (PROVENANCE caveat 4)
         rcfg = _load_yaml(resolved) or {}
+        check_file("resolved-config", rcfg, resolved)
         timeout = _request_timeout(rcfg, resolved) or timeout
         rsp = ((rcfg.get("data") or {}) if isinstance(rcfg, dict) else {}).get("shared_prefix") or {}
         num_groups = int(rsp.get("num_groups") or num_groups)
@@ -464,6 +474,7 @@ def _fill_stage_measurements(stage: Stage, path: Path, single: bool, summary: Pa
     if not path.exists():
         raise DataError(f"{path}: missing (one lifecycle-metrics file per load stage)")
     d = _load_yaml(path)
+    check_file("stage-summary", d, path)
     stage.n_requests = _get(d, "successes.count", path, int)
     failures = d.get("failures") if isinstance(d, dict) else None
     if isinstance(failures, dict) and failures.get("count") is not None:
