@@ -150,16 +150,19 @@ def cmd_ingest(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    try:
-        prog = parse_program(Path(args.program).read_text())
-    except (OSError, UnicodeDecodeError, ProgramError) as e:
-        sys.exit(f"error: {args.program}: {e}")
-    gt = _load_gt(args)
-    ev = Evaluator(gt, train_fraction=args.train_fraction)
+    from evolve.evaluate_file import EvaluateError, default_time_limit, evaluate_in_worker, regular_file_text
+    try:  # a FIFO, device or directory is refused before it is opened (a FIFO would block)
+        prog = parse_program(regular_file_text(args.program))
+    except (OSError, ValueError, ProgramError) as e:
+        sys.exit(f"error: {args.program}: {getattr(e, 'strerror', None) or e}")
     # --holdout [KIND]: every kind, or the one asked for
-    res = ev.evaluate(prog, heldout=() if not args.holdout else KINDS if args.holdout == "all" else (args.holdout,))
-    # --breakdown: the reported experiments simulated again with the fitted constants
-    parts = ev.breakdown(prog, res) if args.breakdown and res.valid else None
+    heldout = () if not args.holdout else KINDS if args.holdout == "all" else (args.holdout,)
+    limit = args.time_limit if args.time_limit is not None else default_time_limit(bool(heldout))
+    try:  # in a killable worker under the search's per-candidate limit; --breakdown: the reported
+        # experiments simulated again with the fitted constants
+        res, parts = evaluate_in_worker(prog.source, args.data, args.train_fraction, heldout, args.breakdown, limit)
+    except EvaluateError as e:
+        sys.exit(f"error: {args.program}: {e}")
     if args.json:
         out = res.to_json()
         if args.breakdown:
@@ -584,6 +587,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--breakdown", action="store_true",
                    help="then simulate again with the fitted constants: per experiment and stage, where the time "
                         "per output token goes, the prefix cache, and the predicted step next to the components")
+    e.add_argument("--time-limit", type=POSITIVE, metavar="S", default=None,
+                   help="wall-clock limit of the evaluation in seconds (default: the search's per-candidate "
+                        "limit, 60 s, 4x with --holdout); the worker is killed past it")
     e.add_argument("--holdout", nargs="?", const="all", choices=("all", *KINDS), metavar="KIND",
                    help="also fit and score leaving out each workload / each model / the high load "
                         "(workload, model, load; default all three)")

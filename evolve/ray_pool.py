@@ -201,18 +201,52 @@ def _token_auth_if_available() -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
-def check_address(address: str, timeout_s: float = 10.0) -> None:
+def check_address(address: str, timeout_s: float = 10.0, deadline_s: float = 20.0) -> None:
     """Fail in seconds, with one line, where `ray.init` would wait for minutes: nothing answers
-    at host:port (Ray's `auto` and `ray://` addresses are left to Ray)."""
-    if address == "auto" or "://" in address:
-        return
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
+    at host:port. `auto` is resolved as Ray resolves it (RAY_ADDRESS, the last `ray start` in
+    Ray's temp dir, a local GCS process), within `deadline_s`; `ray://host:port` is checked at
+    host:port."""
+    target = address
+    if address == "auto":
+        target = _resolve_auto(deadline_s)
+    elif address.startswith("ray://"):
+        target = address[len("ray://"):].split("/", 1)[0]
+    elif "://" in address:
+        raise RayExecutorError(f"--ray-address must be host:port, ray://host:port or auto, not {address!r}")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not host:
         raise RayExecutorError(f"--ray-address must be host:port (as `ray start --head` prints), not {address!r}")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as e:
-        raise RayExecutorError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
+        socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout_s, deadline_s)).close()
+    except (OSError, OverflowError, ValueError) as e:
+        where = address if target == address else f"{address} ({target})"
+        raise RayExecutorError(f"cannot reach the Ray cluster at {where}: {getattr(e, 'strerror', None) or e}") \
+            from None
+
+
+def _resolve_auto(deadline_s: float) -> str:
+    """host:port of the cluster `--ray-address auto` means, or RayExecutorError within deadline_s."""
+    import threading
+    box: dict = {}
+
+    def find():
+        try:
+            from ray._private.services import get_ray_address_from_environment
+            box["addr"] = get_ray_address_from_environment("auto", None)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            box["exc"] = e
+
+    t = threading.Thread(target=find, daemon=True, name="ray-auto")
+    t.start()
+    t.join(deadline_s)
+    if t.is_alive():
+        raise RayExecutorError(f"--ray-address auto: no Ray cluster found within {deadline_s:g} s")
+    addr = box.get("addr")
+    if "exc" in box or not addr or addr == "auto":
+        why = _first_line(box["exc"]) if "exc" in box else "none found"
+        raise RayExecutorError(f"--ray-address auto: no running Ray cluster on this machine ({why}); "
+                               "start one with `ray start --head` or give host:port")
+    return str(addr)
 
 
 def _first_line(e: BaseException) -> str:
