@@ -201,11 +201,11 @@ def _token_auth_if_available() -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
-def check_address(address: str, timeout_s: float = 10.0, deadline_s: float = 20.0) -> None:
+def check_address(address: str, timeout_s: float = 10.0, deadline_s: float = 10.0) -> None:
     """Fail in seconds, with one line, where `ray.init` would wait for minutes: nothing answers
     at host:port. `auto` is resolved as Ray resolves it (RAY_ADDRESS, the last `ray start` in
     Ray's temp dir, a local GCS process), within `deadline_s`; `ray://host:port` is checked at
-    host:port."""
+    host:port. At most deadline_s + timeout_s (20 s by default) in all."""
     target = address
     if address == "auto":
         target = _resolve_auto(deadline_s)
