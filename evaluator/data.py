@@ -611,7 +611,7 @@ def load(data: str | Path | None) -> GroundTruth:
     except DataError:
         raise
     except (MemoryError, RecursionError, OSError, ValueError, TypeError, KeyError, AttributeError,
-            IndexError) as e:  # malformed files the readers do not name a field for
+            IndexError, ArithmeticError) as e:  # malformed files the readers do not name a field for
         raise DataError(f"{data}: cannot read the ground truth ({type(e).__name__}: {e})"[:500]) from None
     check_contract(gt)
     return gt
