@@ -27,9 +27,14 @@ PRICE = (1e-6, 4e-6)  # USD per token
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _imported():
-    from evolve.llm import _litellm
-    _litellm()  # the import (seconds) is not part of any call's deadline
+def _warm():
+    """litellm's import and its first call's setup (seconds on a busy machine) happen here, not
+    inside the short deadlines below."""
+    with StubServer() as s:
+        s.push_reply(GOOD)
+        r = LLMMutator("openai/stub-model", api_base=s.api_base, api_key="t", max_retries=0,
+                       timeout_s=60).propose("improve", [ParentInfo(PARENT)], seed=0)
+        assert r.ok, r.error
 
 
 @pytest.fixture
