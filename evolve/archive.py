@@ -59,7 +59,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from evaluator.objectives import ORDER, finite_or_none, selection_loss, sortable_or_none
-from evaluator.program import Program, ProgramError, parse_program
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:  # evaluator.program (numba) is imported where a program is parsed (`evolve frontier` never does)
+    from evaluator.program import Program
 from evaluator.records import Evaluation
 from evolve.archive_check import ArchiveError, check_archive_file, describe_db_error
 from evolve.pareto import pareto_front
@@ -243,6 +245,7 @@ def _as_evaluation(evaluation) -> Evaluation:
 def _program_fields(program: Program | str) -> dict:
     """Columns describing a program: from an evaluator.program.Program or raw source."""
     if isinstance(program, str):
+        from evaluator.program import ProgramError, parse_program
         try:
             program = parse_program(program)
         except ProgramError as e:

@@ -6,18 +6,13 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
-from evaluator.data import DataError, load
+from evaluator.errors import DataError
 from evaluator.objectives import Caps
-from evolve.archive import Archive, ArchiveError
-from evolve.blis_compare import BlisCompareError, compare, not_compared_entry, read_results, summary
-from evolve.blis_traces import BlisExportError, export_blis_traces
+from evolve.archive_check import ArchiveError
 from evolve.views.format import clean_json
-from go_emit import GoEmitError, emit_record
-from go_emit.blis_patch import GO_FILE, apply_in_place, blis_patch
-from go_emit.names import parse_alias
+
+# The commands import what they run (the evaluator, the Go emitter, SQLAlchemy, rich) when they
+# run: `evolve --help` builds these parsers and must not load numba, SciPy or Plotly.
 
 __all__ = ["register", "cmd_emit_go", "cmd_export_blis_traces", "cmd_blis_compare"]
 
@@ -26,7 +21,8 @@ def _fail(msg: str) -> None:
     sys.exit(f"error: {msg}")
 
 
-def _archive(path: str) -> Archive:
+def _archive(path: str):
+    from evolve.archive import Archive
     if not Path(path).is_file():
         _fail(f"{path}: no such archive")
     try:
@@ -36,6 +32,7 @@ def _archive(path: str) -> Archive:
 
 
 def _load(data):
+    from evaluator.data import load
     try:
         return load(data)
     except DataError as e:
@@ -49,6 +46,10 @@ def _pct(v) -> str:
 # ----------------------------------------------------------------- emit-go
 
 def cmd_emit_go(args) -> int:
+    from evaluator.data import load
+    from go_emit import GoEmitError, emit_record
+    from go_emit.blis_patch import GO_FILE, apply_in_place, blis_patch
+    from go_emit.names import parse_alias
     if not (args.output or args.blis_patch or args.blis_dir):
         _fail("give -o FILE.go, --blis-patch FILE.patch or --blis-dir DIR")
     if (args.blis_patch or args.blis_dir) and (args.package != "latency" or args.interface != "blis"):
@@ -89,6 +90,7 @@ def cmd_emit_go(args) -> int:
 # ----------------------------------------------------------------- traces
 
 def cmd_export_blis_traces(args) -> int:
+    from evolve.blis_traces import BlisExportError, export_blis_traces
     if not Path(args.data).is_dir():
         _fail(f"{args.data}: no such directory")
     gt = _load(args.data)
@@ -106,6 +108,7 @@ def cmd_export_blis_traces(args) -> int:
 # ----------------------------------------------------------------- compare
 
 def _add_program(rows: list[dict], archive_path: str, program_id: int, skipped: list[dict]) -> str:
+    from evolve.blis_compare import not_compared_entry
     rec = _archive(archive_path).program(program_id)
     if rec is None:
         _fail(f"no program {program_id} in {archive_path}")
@@ -133,6 +136,10 @@ def _not_compared_lines(skipped: list[dict]) -> list[str]:
 
 
 def cmd_blis_compare(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from evolve.blis_compare import BlisCompareError, compare, read_results, summary
     try:
         found = read_results(args.results_dir)
     except BlisCompareError as e:

@@ -10,47 +10,36 @@ import sqlite3
 import sys
 from pathlib import Path
 
-import numpy as np
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from sqlalchemy.exc import SQLAlchemyError
+from typing import TYPE_CHECKING
 
-from evaluator.baselines import BASELINES, baseline_records, run_baselines
-from evaluator.data import DataError, build_default_table, load, load_ground_truth
-from evaluator.evaluate import Evaluator
-from evaluator.ingest import IngestError, ingest_request_lifecycle, ingest_run, ingest_step_traces, write_ground_truth
+from evaluator.errors import DataError
 from evaluator.objectives import Caps, finite_or_none, has_heldout, selection_loss
-from evaluator.components import MEASURED_NAMES
-from evaluator.program import ProgramError, parse_program
-from evaluator.holdout import KINDS
 from evolve import blis_cmds
-from evolve.archive import Archive, ArchiveError
-from evolve.archive_check import describe_db_error
-from evolve.baselines_store import stored_baselines
-from evolve.config import RunConfig, config_from_args
-from evolve.ray_pool import RayExecutorError, check_address
-from evolve.progress_log import ProgressLog, best_error
-from evolve.search import Search
-from evolve.spend import Spend
-from evolve.views import frontier_table, render_frontier, report_html, serve, show_program
-from evolve.views.format import BASELINE_PREFIX, clean_json, fmt_rate
-from evolve.views.holdout_table import holdout_summary, holdout_table, split_errors, split_table
-from evolve.views.components_view import components_data, components_table, kernel_notes
-from evolve.views.tables import render_breakdown
+from evolve.archive_check import ArchiveError, describe_db_error
+from evolve.views.format import BASELINE_PREFIX, MISSING, clean_json, fmt_missing, fmt_rate
 
+# Each command imports what it runs (numba, SciPy, pandas, Plotly, Ray, SQLAlchemy, the
+# evaluator, rich) when it runs: `evolve --help` and `evolve frontier` load none of the heavy
+# ones (tests/test_startup.py; start-up time: benchmarks/bench_startup.py).
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from evolve.archive import Archive
+    from evolve.config import RunConfig
 
 def _pct(x) -> str:
     x = finite_or_none(x)
-    return "-" if x is None else f"{100 * x:.1f}%"
+    return MISSING if x is None else f"{100 * x:.1f}%"
 
 
 def _console() -> Console:
     """Full-width tables when piped (a terminal keeps its own width)."""
+    from rich.console import Console
     return Console(width=None if sys.stdout.isatty() else 200)
 
 
 def _load_gt(args):
+    from evaluator.data import load
     try:
         return load(args.data)
     except DataError as e:
@@ -58,6 +47,11 @@ def _load_gt(args):
 
 
 def cmd_baselines(args) -> int:
+    from rich.table import Table
+
+    from evaluator.baselines import BASELINES, baseline_records, run_baselines
+    from evaluator.evaluate import Evaluator
+    from evolve.views.holdout_table import holdout_summary, holdout_table, split_errors, split_table
     gt = _load_gt(args)
     ev = Evaluator(gt, train_fraction=args.train_fraction, holdout_objectives=args.holdout)
     res = run_baselines(ev)
@@ -110,6 +104,7 @@ def cmd_baselines(args) -> int:
 
 
 def cmd_make_default(args) -> int:
+    from evaluator.data import build_default_table, load_ground_truth
     try:
         gt = load_ground_truth(args.data)
     except DataError as e:
@@ -121,6 +116,7 @@ def cmd_make_default(args) -> int:
 
 
 def cmd_ingest(args) -> int:
+    from evaluator.ingest import IngestError, ingest_request_lifecycle, ingest_run, ingest_step_traces, write_ground_truth
     if args.inputs:  # any format, detected: the whole ground-truth layout (docs/ingest.md)
         if args.traces or args.lifecycle:
             sys.exit("error: give input files or --traces/--lifecycle, not both")
@@ -150,7 +146,11 @@ def cmd_ingest(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    from evaluator.holdout import KINDS
+    from evaluator.program import ProgramError, parse_program
     from evolve.evaluate_file import EvaluateError, default_time_limit, evaluate_in_worker, regular_file_text
+    from evolve.views.holdout_table import holdout_table, split_table
+    from evolve.views.tables import render_breakdown
     try:  # a FIFO, device or directory is refused before it is opened (a FIFO would block)
         prog = parse_program(regular_file_text(args.program))
     except (OSError, ValueError, ProgramError) as e:
@@ -179,12 +179,24 @@ def cmd_evaluate(args) -> int:
     return 0 if res.valid else 1
 
 
-def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet: bool = False) -> dict:
-    prog = Progress(TextColumn("[bold]{task.fields[run]}"), BarColumn(), MofNCompleteColumn(),
+def _progress_bar(quiet: bool = False):
+    """The live bar of `evolve run`, on stderr, only while stderr is a terminal. In a log (stderr
+    piped or a file) there is none: rich would print its last frame once, cut to 80 columns in
+    the middle of a word; ProgressLog writes whole plain lines there instead."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    return Progress(TextColumn("[bold]{task.fields[run]}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("best {task.fields[label]} {task.fields[best]}  ITL {task.fields[itl]}  step {task.fields[step]}"
                                "  frontier {task.fields[front]}"), TimeElapsedColumn(),
-                    disable=quiet, transient=False)
-    task = prog.add_task("run", total=cfg.budget, run="starting", label="E2E", best="-", itl="-", step="-", front=0)
+                    console=Console(stderr=True), disable=quiet or not sys.stderr.isatty(), transient=False)
+
+
+def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet: bool = False) -> dict:
+    from evolve.progress_log import ProgressLog, best_error
+    from evolve.search import Search
+    prog = _progress_bar(quiet)
+    task = prog.add_task("run", total=cfg.budget, run="starting", label="E2E", best=MISSING, itl=MISSING, step=MISSING,
+                         front=0)
 
     def update(search):
         run = archive.get_run(search.run_id)
@@ -228,6 +240,7 @@ def _best_step_mape(members) -> float:
 
 
 def _write_archive(path):
+    from evolve.archive import Archive
     try:
         return Archive(path)
     except ArchiveError as e:
@@ -235,6 +248,10 @@ def _write_archive(path):
 
 
 def cmd_run(args) -> int:
+    from rich.console import Console
+
+    from evolve.config import config_from_args
+    from evolve.ray_pool import RayExecutorError, check_address
     archive = _write_archive(args.archive)
     stored = None
     if args.resume:
@@ -279,6 +296,10 @@ def cmd_run(args) -> int:
 
 
 def cmd_pilot(args) -> int:
+    import numpy as np
+    from rich.table import Table
+
+    from evolve.config import config_from_args
     archive = _write_archive(args.archive)
     outs = []
     for k in range(args.runs):
@@ -295,7 +316,7 @@ def cmd_pilot(args) -> int:
     }
     for name, vals in metrics.items():
         a = np.array(vals, float)
-        fmt = _pct if "error" in name or "MAPE" in name else (lambda x: f"{x:.3g}")
+        fmt = _pct if "error" in name or "MAPE" in name else (lambda x: fmt_missing(x, lambda y: f"{y:.3g}"))
         t.add_row(name, fmt(float(np.nanmedian(a))), fmt(float(np.nanmin(a))), fmt(float(np.nanmax(a))),
                   *[fmt(v) for v in vals])
     _console().print(t)
@@ -315,6 +336,7 @@ def _program_or_exit(archive, args) -> dict:
 
 
 def _read_archive(path):
+    from evolve.archive import Archive
     try:
         return Archive(path, readonly=True)
     except ArchiveError as e:
@@ -322,6 +344,7 @@ def _read_archive(path):
 
 
 def cmd_ui(args) -> int:
+    from evolve.views.server import serve
     try:
         serve(args.archive, host=args.host, port=args.port, open_browser=False)
     except (FileNotFoundError, ValueError) as e:
@@ -330,6 +353,7 @@ def cmd_ui(args) -> int:
 
 
 def cmd_frontier(args) -> int:
+    from evolve.views.tables import frontier_table, render_frontier
     rows = frontier_table(_read_archive(args.archive), args.run)
     rows = [r for r in rows if not str(r.get("run", "")).startswith(BASELINE_PREFIX)]
     if args.json:
@@ -340,6 +364,10 @@ def cmd_frontier(args) -> int:
 
 
 def cmd_show(args) -> int:
+    from evolve.baselines_store import stored_baselines
+    from evolve.spend import Spend
+    from evolve.views.holdout_table import holdout_table, split_table
+    from evolve.views.tables import show_program
     archive = _read_archive(args.archive)
     rec = _program_or_exit(archive, args)
     name, base = _best_baseline(stored_baselines(archive, rec["run_id"]))
@@ -369,6 +397,10 @@ def _run_data(archive, run_id: str | None) -> str | None:
 def _show_kernel_notes(archive, rec: dict, con) -> None:
     """For a program reading measured components: where each model's kernel tables came from,
     e.g. a head layout that was not measured and was scaled from the nearest one."""
+    from evaluator.components import MEASURED_NAMES
+    from evaluator.data import load
+    from evaluator.program import ProgramError, parse_program
+    from evolve.views.components_view import kernel_notes
     try:
         used = MEASURED_NAMES & set(parse_program(rec["source"]).params)
     except ProgramError:
@@ -388,6 +420,10 @@ def _show_kernel_notes(archive, rec: dict, con) -> None:
 
 
 def cmd_report(args) -> int:
+    from evaluator.data import load
+    from evolve.baselines_store import stored_baselines
+    from evolve.views.components_view import components_data
+    from evolve.views.report import report_html
     archive = _read_archive(args.archive)
     data = args.data if args.data is not None else _run_data(archive, args.run)
     try:
@@ -402,6 +438,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_components(args) -> int:
+    from evolve.views.components_view import components_data, components_table
     gt = _load_gt(args)
     try:
         data = components_data(gt, [args.model] if args.model else None)
@@ -461,6 +498,21 @@ FRACTION = _float_range(0.0, 1.0)
 
 
 PORT = _int_at_least(0, 65535)
+
+
+class _HoldoutChoices:
+    """argparse choices of `evaluate --holdout`: "all" and evaluator.holdout.KINDS, imported when
+    a value is checked (that module loads numpy; `evolve --help` does not need it)."""
+
+    def _kinds(self) -> tuple:
+        from evaluator.holdout import KINDS
+        return ("all", *KINDS)
+
+    def __contains__(self, value) -> bool:
+        return value in self._kinds()
+
+    def __iter__(self):
+        return iter(self._kinds())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -590,7 +642,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--time-limit", type=POSITIVE, metavar="S", default=None,
                    help="wall-clock limit of the evaluation in seconds (default: the search's per-candidate "
                         "limit, 60 s, 4x with --holdout); the worker is killed past it")
-    e.add_argument("--holdout", nargs="?", const="all", choices=("all", *KINDS), metavar="KIND",
+    e.add_argument("--holdout", nargs="?", const="all", choices=_HoldoutChoices(), metavar="KIND",
                    help="also fit and score leaving out each workload / each model / the high load "
                         "(workload, model, load; default all three)")
     e.set_defaults(func=cmd_evaluate)
@@ -638,6 +690,12 @@ def _check_combinations(p: argparse.ArgumentParser, args) -> None:
                 p.error(f"{flag} needs --llm MODEL")
 
 
+def _db_errors() -> tuple:
+    """sqlite3's errors, and SQLAlchemy's once a command has loaded it (none can come before)."""
+    sa = sys.modules.get("sqlalchemy.exc")
+    return (sqlite3.Error,) if sa is None else (sqlite3.Error, sa.SQLAlchemyError)
+
+
 def main(argv=None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
@@ -646,7 +704,7 @@ def main(argv=None) -> int:
         return args.func(args)
     except (ArchiveError, DataError) as e:
         sys.exit(f"error: {e}")
-    except (SQLAlchemyError, sqlite3.Error) as e:  # the archive failed under us (locked, read-only, damaged)
+    except _db_errors() as e:  # the archive failed under us (locked, read-only, damaged)
         sys.exit(f"error: {describe_db_error(Path(getattr(args, 'archive', '') or '.'), e)}")
 
 

@@ -5,6 +5,10 @@ daemon thread writes one line at least every `interval_s` (30 s) whatever the se
 (a single full evaluation can take minutes):
 
     progress run-0-ab12cd34: 48/200 evaluations, best held-out E2E 6.1%, 0.41 eval/s, LLM $0.0123
+
+Each line is whole: one write of the line and its newline, whitespace inside it (a multi-line
+error message) collapsed to single spaces, never wrapped or cut to a width; a missing best
+error is "—" as in every table (evolve.views.format.MISSING). cli.py draws no rich bar then.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import threading
 import time
 
 from evaluator.objectives import finite_or_none
+from evolve.views.format import MISSING
 
 HELDOUT = ("lowo_e2e", "lomo_e2e", "load_e2e")
 
@@ -38,9 +43,14 @@ def progress_line(search, started: float) -> str:
     label, best = best_error(search.state.frontier, search.cfg.holdout)
     rate = n / max(time.monotonic() - started, 1e-9)
     spend = f"LLM {search.spend.text()}" if search.llm is not None else "LLM none"
-    err = "-" if math.isnan(best) else f"{100 * best:.1f}%"
-    return f"progress {search.run_id}: {n}/{search.cfg.budget} evaluations, best {label} {err}, " \
-           f"{rate:.2f} eval/s, {spend}"
+    err = MISSING if math.isnan(best) else f"{100 * best:.1f}%"
+    return one_line(f"progress {search.run_id}: {n}/{search.cfg.budget} evaluations, best {label} {err}, "
+                    f"{rate:.2f} eval/s, {spend}")
+
+
+def one_line(text: str) -> str:
+    """text on one line: every run of whitespace (newlines included) as one space."""
+    return " ".join(str(text).split())
 
 
 class ProgressLog:
@@ -66,9 +76,14 @@ class ProgressLog:
         if getattr(self.search, "run_id", None) is None:
             return
         try:
-            print(progress_line(self.search, self.started), file=self.stream, flush=True)
+            line = progress_line(self.search, self.started)
         except Exception as e:  # noqa: BLE001 - a log line must never end the run
-            print(f"progress: unavailable ({type(e).__name__}: {e})", file=self.stream, flush=True)
+            line = one_line(f"progress: unavailable ({type(e).__name__}: {e})")
+        try:  # the line and its newline in one write: another thread's output cannot split it
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed or broken log must not end the run either
+            pass
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

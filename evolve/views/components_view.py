@@ -8,6 +8,7 @@ were obtained (Experiment.kernel_notes, e.g. llama-2-7b's scaled head layout).
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping
 
 import plotly.graph_objects as go
@@ -15,6 +16,7 @@ from rich.table import Table
 
 from evaluator.data import DataError, GroundTruth
 from evaluator.measured import MEASURED_COMPONENTS, PEAK_TIME_COMPONENTS, component_grid
+from evolve.views.format import MISSING
 
 __all__ = ["components_data", "components_table", "components_figure", "kernel_notes"]
 
@@ -53,8 +55,8 @@ def components_data(gt: GroundTruth, models: list[str] | None = None) -> dict[st
 
 
 def _us(v) -> str:
-    if v is None:
-        return "-"
+    if v is None or not math.isfinite(v):
+        return MISSING
     return f"{v / 1000:.2f}" if v >= 1000 else f"{v / 1000:.3f}"
 
 
@@ -70,7 +72,7 @@ def components_table(model: str, data: Mapping) -> Table:
         t.add_column(f"meas\n{_SHORT[c]}", justify="right", style="bold" if c == "t_step_measured" else None)
     t.add_column("real cycle\nmedian (n)", justify="right")
     for r in data["grid"]:
-        cyc = "-" if not r["measured_cycle_n"] else f"{_us(r['measured_cycle_median_us'])} ({r['measured_cycle_n']})"
+        cyc = MISSING if not r["measured_cycle_n"] else f"{_us(r['measured_cycle_median_us'])} ({r['measured_cycle_n']})"
         t.add_row(str(r["decodes"]), str(r["context"]), str(r["prefill_chunk"]),
                   *(_us(r[c]) for c in PEAK_TIME_COMPONENTS), *(_us(r[c]) for c in MEASURED_COMPONENTS), cyc)
     return t

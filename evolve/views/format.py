@@ -1,5 +1,8 @@
 """Number formats and record accessors shared by the terminal tables, the report and the UI.
 
+One convention for a value that is missing or undefined (None, NaN, an infinite error): MISSING,
+"—", in every table (terminal, report, UI: app.js writes the same), null in JSON (clean_json).
+
 Baselines reach the views in three shapes (an Evaluation, an archive record, a bare list of
 experiment-stage rows); the accessors here accept all three so no caller converts.
 """
@@ -11,24 +14,35 @@ from collections.abc import Mapping
 from typing import Any
 
 from evaluator.objectives import Caps, finite_or_none
-from evaluator.program import Complexity, ProgramError, parse_program
+
+# evaluator.program (numba) is imported where a program is parsed, not here: `evolve frontier`
+# and `evolve --help` import this module and never parse one (tests/test_startup.py)
 
 BASELINE_PREFIX = "baselines-"  # run ids under which the archive stores the baseline evaluations
+MISSING = "—"  # a missing or undefined value in a table (JSON: null)
+
+
+def fmt_missing(v, fmt) -> str:
+    """fmt(v) for a finite number, MISSING for None, NaN, infinity or anything not a number."""
+    x = finite_or_none(v)
+    return MISSING if x is None else fmt(x)
 
 
 def fmt_err(v) -> str:
-    """A relative error as a percentage (x10 and beyond as a factor); a dash when missing."""
+    """A relative error as a percentage (x10 and beyond as a factor); a dash when missing or
+    undefined (NaN, infinite: an invalid evaluation's objectives)."""
     x = finite_or_none(v)
     if x is None:
-        return "—" if v is None else str(v)
+        return MISSING
     return f"{100 * x:.1f}%" if x < 10 else f"{x:.3g}x"
 
 
 def fmt_num(v, digits: int = 3) -> str:
-    """Integers as integers, anything else with `digits` significant digits."""
+    """Integers as integers, anything else with `digits` significant digits; a dash when
+    missing or not finite."""
     x = finite_or_none(v)
     if x is None:
-        return "—" if v is None else str(v)
+        return MISSING
     if x == int(x) and abs(x) < 1e6:
         return str(int(x))
     return f"{x:.{digits}g}"
@@ -37,7 +51,7 @@ def fmt_num(v, digits: int = 3) -> str:
 def fmt_rate(v) -> str:
     """A fraction in [0, 1] (a cache hit rate) as a percentage; a dash when missing."""
     x = finite_or_none(v)
-    return "—" if x is None else f"{100 * x:.1f}%"
+    return MISSING if x is None else f"{100 * x:.1f}%"
 
 
 def fmt_ms(v) -> str:
@@ -45,7 +59,7 @@ def fmt_ms(v) -> str:
     as 0); a dash when missing."""
     x = finite_or_none(v)
     if x is None:
-        return "—"
+        return MISSING
     return "0" if abs(x) < 1e-12 else f"{1e3 * x:.3g}"
 
 
@@ -53,7 +67,7 @@ def fmt_us(v) -> str:
     """Microseconds: whole ones from 100 up, else 3 significant digits; a dash when missing."""
     x = finite_or_none(v)
     if x is None:
-        return "—"
+        return MISSING
     return f"{x:.0f}" if abs(x) >= 100 else ("0" if x == 0 else f"{x:.3g}")
 
 
@@ -73,7 +87,7 @@ FAILURE_COLUMNS = ("failed", "failed sim", "fail err")  # headers of failure_cel
 def fmt_pts(v) -> str:
     """Percentage points (an error between two fractions); a dash when missing."""
     x = finite_or_none(v)
-    return "—" if x is None else f"{x:.1f} pts"
+    return MISSING if x is None else f"{x:.1f} pts"
 
 
 def failure_cells(r: Mapping) -> list[str]:
@@ -130,6 +144,7 @@ def baselines_map(baselines) -> dict[str, Any]:
 
 def const_names(source: str) -> list[str]:
     """Names of the program's fitted constants in vector order (a regex when it does not parse)."""
+    from evaluator.program import ProgramError, parse_program
     try:
         return parse_program(source).const_names
     except (ProgramError, SyntaxError, ValueError):  # display only: the archive keeps rejected programs
@@ -140,6 +155,7 @@ def go_cap_status(rec: Mapping, caps: Caps = Caps()) -> str | None:
     """None if the program fits the Go emitter's cap, else the reason."""
     if rec.get("n_ops") is None:
         return "unknown (program did not parse)"
+    from evaluator.program import Complexity
     return Complexity(rec["n_ops"], rec["n_cond"], rec["n_consts"]).within(*caps.as_tuple())
 
 

@@ -19,7 +19,8 @@ from plotly.offline import get_plotlyjs
 
 from evaluator.objectives import BY_NAME, HELDOUT, ORDER
 from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
-                                 failure_cells, fmt_err, fmt_num, go_cap_status, mean, objectives_of, rows_of)
+                                 failure_cells, fmt_err, fmt_missing, fmt_num, go_cap_status, mean, objectives_of,
+                                 rows_of)
 from evolve.views.plots import pareto_figure, progress_figure, stage_errors_figure, ttft_itl_figure
 from evolve.views.components_view import components_figure
 from evolve.views.holdout_table import holdout_summary, split_errors
@@ -100,7 +101,7 @@ def _program_html(rec: dict, baselines: dict[str, Any]) -> str:
         names = const_names(rec["source"])
         width = max(len(v) for v in consts.values())
         hdr = "".join(f"<th>{html.escape(names[j] if j < len(names) else f'c{j}')}</th>" for j in range(width))
-        body = "".join(f'<tr><td class="l">{html.escape(m)}</td>' + "".join(f"<td>{v:.6g}</td>" for v in vals) + "</tr>"
+        body = "".join(f'<tr><td class="l">{html.escape(m)}</td>' + "".join(f"<td>{fmt_missing(v, lambda x: f'{x:.6g}')}</td>" for v in vals) + "</tr>"
                        for m, vals in sorted(consts.items()))
         parts.append(f'<p class="muted">fitted constants per model</p><table><tr><th class="l">model</th>{hdr}</tr>'
                      f"{body}</table>")

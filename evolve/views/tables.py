@@ -9,16 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from rich.panel import Panel
-from rich.syntax import Syntax
-from rich.table import Table
-
-from evaluator.components import MEASURED_NAMES
 from evaluator.objectives import BY_NAME, HELDOUT, finite_or_none, ranked
 from evolve.pareto import pareto_front
 from evaluator.objectives import FAILURE
 from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, cache_cells, complexity_of, const_names, failure_cells,
-                                 fmt_err, fmt_ms, fmt_num, fmt_pts, fmt_rate, fmt_us, go_cap_status, row_key, rows_of)
+                                 fmt_err, fmt_missing, fmt_ms, fmt_num, fmt_pts, fmt_rate, fmt_us, go_cap_status, row_key,
+                                 rows_of)
 
 ERROR_KEYS = (*HELDOUT, "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape")  # held-out first
 CACHE_COLUMNS = ("hit rate", "always-hit", "evictions", "preemptions")  # headers of format.cache_cells
@@ -60,7 +56,11 @@ def frontier_table(archive, run: str | None = None) -> list[dict]:
     return sorted(out, key=key)
 
 
+# rich (and Pygments, for the source) is imported by the functions that draw: `evolve frontier
+# --json` imports this module and draws nothing.
+
 def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto frontier") -> None:
+    from rich.table import Table
     if not rows:
         console.print("[yellow]no evaluated programs yet[/yellow]")
         return
@@ -93,6 +93,9 @@ def identifiability_lines(ident: dict) -> list[str]:
 def show_program(archive, program_id: int, console, baseline_rows=None) -> dict | None:
     """Print one program: source, fitted constants per model, errors per experiment-stage
     (next to the baseline's, if given), step metrics, lineage and the Go cap check."""
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+    from rich.table import Table
     rec = archive.program(program_id)
     if rec is None:
         console.print(f"[red]no program {program_id}[/red]")
@@ -116,7 +119,7 @@ def show_program(archive, program_id: int, console, baseline_rows=None) -> dict 
         for j in range(width):
             t.add_column(names[j] if j < len(names) else f"c{j}", justify="right")
         for model, vals in sorted(consts.items()):
-            t.add_row(model, *(f"{v:.6g}" for v in vals))
+            t.add_row(model, *(fmt_missing(v, lambda x: f"{x:.6g}") for v in vals))
         console.print(t)
     for line in identifiability_lines(ev.get("identifiability") or {}):
         console.print(line)
@@ -180,6 +183,7 @@ def _stage_label(r: Mapping) -> str:
 def render_breakdown(parts: Sequence[Mapping], console) -> None:
     """`evolve evaluate --breakdown`: the rows of `Evaluator.breakdown` as two tables, where
     the time per output token goes, and the predicted step next to the analytical components."""
+    from rich.table import Table
     if not parts:
         console.print("[yellow]no breakdown (invalid evaluation or no reported stage)[/yellow]")
         return
@@ -200,6 +204,7 @@ def render_breakdown(parts: Sequence[Mapping], console) -> None:
     names = list((parts[0].get("components") or {}).keys())
     used = set(parts[0].get("components_used") or ())
     # the step-time components (the measured ones if the program reads one), and any raw quantity it reads
+    from evaluator.components import MEASURED_NAMES  # numba: not at import (`evolve frontier`)
     measured = bool(used & MEASURED_NAMES)
     cols = [k for k in names if k.startswith("t_") and (measured or k not in MEASURED_NAMES)] \
         + [k for k in names if not k.startswith("t_") and k in used]

@@ -1,0 +1,92 @@
+"""Start-up: `import evolve.cli`, `evolve --help` and `evolve frontier` load none of the heavy
+libraries (numba, SciPy, Plotly, Ray, pandas, litellm); each command imports what it runs.
+
+A correctness property checked on sys.modules in a fresh interpreter, not a timing test (the
+timing is benchmarks/bench_startup.py)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("numba", "scipy", "plotly", "ray", "pandas", "litellm")
+
+PROBE = """
+import contextlib, io, json, sys
+{body}
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r})))
+"""
+
+
+def _loaded(body: str, cwd: Path) -> list[str]:
+    code = PROBE.format(body=body, heavy=HEAVY)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_cli_loads_no_heavy_library(tmp_path):
+    assert _loaded("import evolve.cli", REPO) == []
+
+
+def test_help_loads_no_heavy_library(tmp_path):
+    body = """
+import evolve.cli
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    for argv in (["--help"], ["evaluate", "--help"], ["blis-compare", "--help"], ["run", "--help"]):
+        try:
+            evolve.cli.main(argv)
+        except SystemExit as e:
+            assert e.code == 0, (argv, e.code)
+assert "frontier" in out.getvalue() and "--holdout" in out.getvalue()
+"""
+    assert _loaded(body, REPO) == []
+
+
+@pytest.fixture
+def small_archive(tmp_path) -> Path:
+    from evaluator.records import Evaluation
+    from evolve.archive import Archive
+    a = Archive(tmp_path / "s.db")
+    run = a.start_run({"population": 2}, seed=0, data_fingerprint="startup", budget=4)
+    parent: list[int] = []
+    for k in range(4):
+        e = 0.4 * 0.8 ** k
+        rows = [{"experiment": "x", "model": "m", "workload": "w", "stage": 0, "rate": 2.0, "n_requests": 9,
+                 "pred_e2e_s": 1 + e, "meas_e2e_s": 1.0, "e2e_err": e, "pred_ttft_s": 0.1, "meas_ttft_s": 0.1,
+                 "ttft_err": e, "pred_itl_s": 0.01, "meas_itl_s": 0.01, "itl_err": e}]
+        obj = {"step_mape": e, "e2e_mean": e, "e2e_worst": e, "ttft_mean": e, "itl_mean": e, "complexity": 3.0 + k}
+        parent = [a.add_candidate(run, f"A = 1.0\n\ndef predict_step_time(P, D):\n    return A * P + D * {k + 2}.0\n",
+                                  parents=parent, operator="seed" if k == 0 else "mutate", generation=k,
+                                  evaluation=Evaluation(valid=True, rows=rows, objectives=obj,
+                                                        constants={"m": [1.0]}))]
+    a.close()
+    return tmp_path / "s.db"
+
+
+def test_frontier_loads_no_heavy_library(small_archive, tmp_path):
+    body = f"""
+import evolve.cli
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    evolve.cli.main(["frontier", "--json", "--archive", {str(small_archive)!r}])
+    evolve.cli.main(["frontier", "--archive", {str(small_archive)!r}])
+rows = json.loads(out.getvalue()[:out.getvalue().rindex("]") + 1])
+assert rows and all("e2e_mean" in r for r in rows), rows
+"""
+    assert _loaded(body, tmp_path) == []
+
+
+def test_a_command_still_imports_what_it_runs(tmp_path):
+    """The lazy imports are where the commands run: `evaluate` on a bad file reaches the parser
+    (numba) and ends in one error line."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def predict_step_time(P):\n    return import_this\n")
+    out = subprocess.run([sys.executable, "-m", "evolve.cli", "evaluate", str(bad)], capture_output=True, text=True,
+                         timeout=300, cwd=REPO)
+    assert out.returncode != 0 and out.stderr.strip().startswith("error: ") and "Traceback" not in out.stderr
