@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Row", "Helper", "Block", "BLOCKS", "MEASURED_BLOCK", "block_slots", "MODEL_FIELDS", "MODEL_INPUTS",
-           "STEP_INPUTS", "INTERMEDIATES", "COMPONENT_ROWS", "HELPERS", "KERNEL_PATH", "parse_formula",
+           "STEP_INPUTS", "BLOCK_INPUTS", "INTERMEDIATES", "COMPONENT_ROWS", "LATE_ROWS", "HELPERS", "KERNEL_PATH", "parse_formula",
            "split_conditional", "kernel_source"]
 
 
@@ -77,7 +77,11 @@ MODEL_INPUTS: tuple[tuple[str, str], ...] = (
     ("nvlink", "nvlink_bw"),
 )
 MODEL_FIELDS: tuple[str, ...] = tuple(field for _, field in MODEL_INPUTS)
-STEP_INPUTS: tuple[str, ...] = ("P", "D", "n_prefill", "n_decode", "B", "K")
+# ctx_max: tokens of context the longest decoding request holds after this step (the
+# simulator and BLIS know every request; a real step row or a grid state does not, and passes
+# the running requests' mean K / B: no spread). The kernel-table blocks read the first six.
+STEP_INPUTS: tuple[str, ...] = ("P", "D", "n_prefill", "n_decode", "B", "K", "ctx_max")
+BLOCK_INPUTS: tuple[str, ...] = STEP_INPUTS[:6]
 
 INTERMEDIATES: tuple[Row, ...] = (
     Row("attn_params", "h * (nq * hd) + 2.0 * h * (nkv * hd) + (nq * hd) * h"),
@@ -133,6 +137,15 @@ MEASURED_BLOCK = Block("fill_measured", "evaluator.measured_kernel:fill_measured
 ))
 BLOCKS: tuple[Block, ...] = (MEASURED_BLOCK,)
 
+# Formula components appended after the blocks (indices of earlier components unchanged).
+LATE_ROWS: tuple[Row, ...] = (
+    Row("t_decode_kv_max", "n_decode * ctx_max * 2.0 * L * nkv * hd * 2.0 / tp / bw * us",
+        "decode KV-read time (us) if every decoding request held the longest decoding context: what "
+        "decode attention costs when the slowest request sets the step (one unit of work per request)"),
+    Row("ctx_max", "ctx_max", "tokens of context held by the longest decoding request after this step "
+                              "(K / n_decode where the batch's spread is unknown: real step rows)"),
+)
+
 
 def block_slots() -> list[tuple[Block, int]]:
     """(block, index of its first component) in component order."""
@@ -179,15 +192,17 @@ def split_conditional(expr: ast.expr) -> tuple[ast.expr | None, ast.expr, ast.ex
     return None, expr, None
 
 
-def checked_rows() -> list[tuple[Row, ast.expr, bool]]:
-    """(row, expression, is_component) in evaluation order, every formula validated."""
+def checked_rows() -> list[tuple[Row, ast.expr, int | None]]:
+    """(row, expression, component slot or None for an intermediate) in evaluation order,
+    every formula validated; LATE_ROWS take the slots after the blocks'."""
     known = {local for local, _ in MODEL_INPUTS} | set(STEP_INPUTS)
     out = []
-    for rows, is_comp in ((INTERMEDIATES, False), (COMPONENT_ROWS, True)):
-        for row in rows:
+    late = len(COMPONENT_ROWS) + sum(len(b.rows) for b in BLOCKS)
+    for rows, first in ((INTERMEDIATES, None), (COMPONENT_ROWS, 0), (LATE_ROWS, late)):
+        for k, row in enumerate(rows):
             expr = parse_formula(row, known)
-            out.append((row, expr, is_comp))
-            if not is_comp:
+            out.append((row, expr, None if first is None else first + k))
+            if first is None:
                 known.add(row.name)
     return out
 
@@ -219,10 +234,8 @@ def kernel_source() -> str:
               '    """Write the components of one step into `out` (length N_COMPONENTS)."""']
     for i, (local, _) in enumerate(MODEL_INPUTS):
         lines.append(f"    {local} = model[{i}]")
-    index = 0
-    for row, expr, is_comp in checked_rows():
-        target = f"out[{index}]" if is_comp else row.name
-        index += is_comp
+    for row, expr, slot in checked_rows():
+        target = f"out[{slot}]" if slot is not None else row.name
         cond, yes, no = split_conditional(expr)
         if cond is None:
             lines.append(f"    {target} = {ast.unparse(yes)}")
@@ -233,7 +246,7 @@ def kernel_source() -> str:
     for b, at in block_slots():
         end = at + len(b.rows)
         lines += [f"    if model.shape[0] > {n_model}:",
-                  f"        {b.name}(model[{n_model}:], " + ", ".join(STEP_INPUTS) + f", out[{at}:{end}])",
+                  f"        {b.name}(model[{n_model}:], " + ", ".join(BLOCK_INPUTS) + f", out[{at}:{end}])",
                   "    else:",
                   f"        for i in range({at}, {end}):",
                   "            out[i] = math.nan"]

@@ -22,6 +22,15 @@ Definitions (times in microseconds, bf16 = 2 bytes):
                        over NVLink; 0 for TP=1
   t_lm_head            2 * (n_prefill + D) * vocab * h / TP / peak_flops (logits per sampled token)
   raw counts           P, D, B, K, n_prefill, n_decode, layers, tp
+  t_decode_kv_max      n_decode * ctx_max * 2 * L * nkv*hd * 2 bytes / TP / hbm_bw: the KV read if
+                       every decoding request held the longest one's context (ctx_max, also a
+                       component); equals t_decode_kv where the spread is unknown (real step
+                       rows: ctx_max = K / n_decode). A decode-attention kernel that gives each
+                       request one unit of work waits for its longest request: on an H100 a
+                       reasoning-like spread (contexts uniform over 1,080-2,530) cost 1.7 ms
+                       (codellama-34b TP2) and 2.5 ms (llama-2-70b TP4) more per step of 128
+                       decodes than the same batch at the mean (DESIGN 3b); the peak-speed
+                       difference t_decode_kv_max - t_decode_kv is 2.7 and 2.3 ms there.
   measured (appended)  t_gemm_measured .. t_step_measured: the same step from vLLM's measured
                        kernels (evaluator.measured, docs/kernels.md); they read the model
                        vector's tail (the kernel tables), NaN when the model has none.
@@ -32,13 +41,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from evaluator.component_table import BLOCKS, COMPONENT_ROWS
+from evaluator.component_table import BLOCKS, COMPONENT_ROWS, LATE_ROWS
 from evaluator.component_table import MODEL_FIELDS as TABLE_MODEL_FIELDS
 from evaluator.components_kernel import fill_components
 
 __all__ = ["PREDICTOR_SIGNATURE", "PREDICTOR_TYPE", "GRAD_SIGNATURE", "GRAD_TYPE", "COMPONENTS", "N_COMPONENTS", "COMPONENT_INDEX",
-           "COMPONENT_DOCS", "MODEL_FIELDS", "MEASURED_NAMES", "fill_components", "components_matrix",
-           "components_for_model", "model_vector",
+           "COMPONENT_DOCS", "MODEL_FIELDS", "MEASURED_NAMES", "SPREAD_NAMES", "fill_components", "components_matrix",
+           "components_for_model", "components_for_model_spread", "mean_context", "model_vector",
            "batch_aggregates", "BLOCK_SIZE"]
 
 # Every candidate is compiled to f(x, c) -> step cycle in us, x = components, c = constants.
@@ -49,36 +58,60 @@ PREDICTOR_TYPE = numba.types.FunctionType(PREDICTOR_SIGNATURE)
 GRAD_SIGNATURE = numba.float64(numba.float64[::1], numba.float64[::1], numba.float64[::1])
 GRAD_TYPE = numba.types.FunctionType(GRAD_SIGNATURE)
 
-# The peak-speed formulas, then the measured (kernel-table) components of evaluator.measured.
-_ROWS = COMPONENT_ROWS + tuple(row for b in BLOCKS for row in b.rows)
+# The peak-speed formulas, then the measured (kernel-table) components of evaluator.measured,
+# then the late formulas (the longest-context term: appended so earlier indices keep their meaning).
+_ROWS = COMPONENT_ROWS + tuple(row for b in BLOCKS for row in b.rows) + LATE_ROWS
 COMPONENTS: tuple[str, ...] = tuple(row.name for row in _ROWS)
 N_COMPONENTS = len(COMPONENTS)
 COMPONENT_INDEX = {name: i for i, name in enumerate(COMPONENTS)}
 COMPONENT_DOCS = {row.name: row.doc for row in _ROWS}
 MEASURED_NAMES: frozenset[str] = frozenset(row.name for b in BLOCKS for row in b.rows)
+# the components that read the longest decoding context (the simulator then computes every step)
+SPREAD_NAMES: frozenset[str] = frozenset({"t_decode_kv_max", "ctx_max"})
 
 # Layout of the per-model hardware+architecture vector consumed by fill_components.
 MODEL_FIELDS: tuple[str, ...] = TABLE_MODEL_FIELDS
 MI = {name: i for i, name in enumerate(MODEL_FIELDS)}
 
 
+@numba.njit(cache=True, inline="always")
+def mean_context(K, n_decode):
+    """ctx_max where a batch's spread is unknown (real step rows, grid states): every decoding
+    request at the mean, K / n_decode (so t_decode_kv_max = t_decode_kv there)."""
+    return K / n_decode if n_decode > 0.0 else 0.0
+
+
 @numba.njit(cache=True)
 def components_for_model(model, P, D, n_prefill, n_decode, B, K):
-    """Components for many steps of one model (no per-row copy of its vector and tables)."""
+    """Components for many steps of one model (no per-row copy of its vector and tables);
+    ctx_max at the mean context (`mean_context`)."""
     n = P.shape[0]
     out = np.empty((n, N_COMPONENTS))
     for i in range(n):
-        fill_components(model, P[i], D[i], n_prefill[i], n_decode[i], B[i], K[i], out[i])
+        fill_components(model, P[i], D[i], n_prefill[i], n_decode[i], B[i], K[i],
+                        mean_context(K[i], n_decode[i]), out[i])
+    return out
+
+
+@numba.njit(cache=True)
+def components_for_model_spread(model, P, D, n_prefill, n_decode, B, K, ctx_max):
+    """`components_for_model` with each step's longest decoding context given (simulated states)."""
+    n = P.shape[0]
+    out = np.empty((n, N_COMPONENTS))
+    for i in range(n):
+        fill_components(model, P[i], D[i], n_prefill[i], n_decode[i], B[i], K[i], ctx_max[i], out[i])
     return out
 
 
 @numba.njit(cache=True)
 def components_matrix(model_rows, P, D, n_prefill, n_decode, B, K):
-    """Components for many steps at once; model_rows[i] is the model vector of step i."""
+    """Components for many steps at once; model_rows[i] is the model vector of step i; ctx_max
+    at the mean context."""
     n = P.shape[0]
     out = np.empty((n, N_COMPONENTS))
     for i in range(n):
-        fill_components(model_rows[i], P[i], D[i], n_prefill[i], n_decode[i], B[i], K[i], out[i])
+        fill_components(model_rows[i], P[i], D[i], n_prefill[i], n_decode[i], B[i], K[i],
+                        mean_context(K[i], n_decode[i]), out[i])
     return out
 
 
@@ -113,10 +146,11 @@ def batch_aggregates(progress, num_new, input_len):
     Per request: ProgressIndex (tokens already computed), NumNewTokens (scheduled now)
     and len(InputTokens). A request is in prefill while ProgressIndex < input length
     (its new tokens count as P), otherwise it decodes (its new tokens count as D).
-    K = KV tokens held after this step, in whole 16-token blocks per request.
-    Returns (P, D, n_prefill, n_decode, B, K) as floats. The simulator uses the same rule.
+    K = KV tokens held after this step, in whole 16-token blocks per request; ctx_max = the
+    tokens the longest decoding request holds after this step (0 without one).
+    Returns (P, D, n_prefill, n_decode, B, K, ctx_max) as floats. The simulator uses the same rule.
     """
-    P = D = n_p = n_d = K = 0.0
+    P = D = n_p = n_d = K = ctx = 0.0
     for prog, new, inp in zip(progress, num_new, input_len):
         if prog < inp:
             P += new
@@ -124,5 +158,6 @@ def batch_aggregates(progress, num_new, input_len):
         else:
             D += new
             n_d += 1
+            ctx = max(ctx, float(prog + new))
         K += -(-(prog + new) // BLOCK_SIZE) * BLOCK_SIZE
-    return P, D, n_p, n_d, float(len(progress)), K
+    return P, D, n_p, n_d, float(len(progress)), K, ctx

@@ -9,7 +9,7 @@ from evaluator.measured_kernel import fill_measured
 
 
 @numba.njit(cache=True, fastmath=False)
-def fill_components(model, P, D, n_prefill, n_decode, B, K, out):
+def fill_components(model, P, D, n_prefill, n_decode, B, K, ctx_max, out):
     """Write the components of one step into `out` (length N_COMPONENTS)."""
     L = model[0]
     h = model[1]
@@ -61,6 +61,8 @@ def fill_components(model, P, D, n_prefill, n_decode, B, K, out):
     out[12] = n_decode
     out[13] = L
     out[14] = tp
+    out[21] = n_decode * ctx_max * 2.0 * L * nkv * hd * 2.0 / tp / bw * us
+    out[22] = ctx_max
     if model.shape[0] > 13:
         fill_measured(model[13:], P, D, n_prefill, n_decode, B, K, out[15:21])
     else:

@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from evaluator import physics
-from evaluator.components import COMPONENT_INDEX, COMPONENTS, MEASURED_NAMES, MODEL_FIELDS
+from evaluator.components import COMPONENT_INDEX, COMPONENTS, MEASURED_NAMES, MODEL_FIELDS, SPREAD_NAMES
 from evaluator.data import GroundTruth, per_token_time
 from evaluator.holdout import (KINDS, Split, holdout_scores, make_split, reuses_main_overheads, split_by_label,
                                split_evaluation, splits_of)
@@ -39,6 +39,8 @@ from evaluator.records import Evaluation, StageScore
 from evaluator.simulator import (BREAKDOWN_PARTS, SimResult, cache_stats_by_stage, outcomes_by_stage, simulate,
                                  time_breakdown_by_stage)
 from evaluator.step_scoring import build_step_rows, predict_rows, step_metrics
+from evaluator.units import units_violation
+from evaluator.branches import MAX_ROWS as MAX_BRANCH_ROWS, conditionals, unsupported_branches
 from evaluator.workload import build_workload
 from seeds import seed_sources
 
@@ -215,7 +217,7 @@ class Evaluator:
         """Components of a subsample of recorded states plus the edge grid of one experiment."""
         st = states[subsample(len(states), 1000)]
         edges = _edge_states(e.kv_blocks * e.block_size, getattr(e, "max_model_len", physics.DEFAULT_MAX_MODEL_LEN))
-        return states_to_components(np.vstack([st, edges]), self.mv[e.id])
+        return np.vstack([states_to_components(st, self.mv[e.id]), states_to_components(edges, self.mv[e.id])])
 
     def _probes(self, group_exps) -> np.ndarray:
         """Component rows covering what a simulation of these experiments visits."""
@@ -342,7 +344,7 @@ class Evaluator:
     def _key(self, e) -> str:
         return "*" if self.global_fit else e.model
 
-    def _sim(self, f, consts, e, record=False, measured=True, timeouts=True) -> SimResult:
+    def _sim(self, f, consts, e, record=False, measured=True, timeouts=True, spread=False) -> SimResult:
         # A candidate needing many times the steps of the calibrated reference predicts
         # step times far too short (requests decode alone): stop it early as a runaway
         # instead of simulating tens of millions of steps.
@@ -352,7 +354,7 @@ class Evaluator:
         mv = self.mv[e.id] if measured else self.mv_arch[e.id]
         return simulate(f, consts, mv, self.wl[e.id], e.kv_blocks, e.max_num_seqs,
                         e.max_batched_tokens, e.block_size, max_steps=limit, record=record,
-                        timeout_us=self._timeout() if timeouts else 0.0)
+                        timeout_us=self._timeout() if timeouts else 0.0, spread=spread)
 
     def _timeout(self) -> float | None:
         """The simulate() timeout: each workload's client timeout, or 0 (none) when turned off.
@@ -383,6 +385,9 @@ class Evaluator:
         missing = self.kernels_missing(program)
         if missing:
             return self._invalid(missing, t0)
+        dims = units_violation(program)  # no constants can make it a time: refused before any fit
+        if dims:
+            return self._invalid(dims, t0)
         f = program.compiled()
         x0 = program.initial_constants
         groups = self._groups()
@@ -403,7 +408,8 @@ class Evaluator:
         if why is not None:
             return self._invalid(why, t0, consts)
         measured = not MEASURED_NAMES.isdisjoint(program.params)
-        results, bad = self._simulate_all(f, consts, record=refine, measured=measured)
+        spread = not SPREAD_NAMES.isdisjoint(program.params)
+        results, bad = self._simulate_all(f, consts, record=refine, measured=measured, spread=spread)
         n_steps = sum(r.n_steps for r in results.values())
         if bad is not None:
             return self._invalid(bad, t0, consts)
@@ -417,7 +423,7 @@ class Evaluator:
                 new[key], _ = fit_constants(f, compiled_gradient(program), consts[key], st, self._rows_for(exps),
                                          self._constraints(key, exps).for_program(program.params))
             if self.unphysical(f, new, program.params) is None:  # a refit that breaks a physical rule is not kept
-                results2, bad2 = self._simulate_all(f, new, record=False, measured=measured)
+                results2, bad2 = self._simulate_all(f, new, record=False, measured=measured, spread=spread)
                 n_steps += sum(r.n_steps for r in results2.values())
             else:
                 bad2 = "unphysical"
@@ -463,6 +469,31 @@ class Evaluator:
                         "summary": ident.summary()}
         return out
 
+    def extrapolating_branches(self, program, constants: dict) -> list[str]:
+        """The program's conditionals that never switched on the states these constants were
+        fitted on (this view's fitted experiments: reference states and step rows) but take
+        their other way on its reported experiments' states (`evaluator.branches`)."""
+        if not conditionals(program):
+            return []
+        consts = {k: np.asarray(v, np.float64) for k, v in constants.items()}
+        fitted, held = [], []
+        for e in self.fit_exps:
+            c = self._consts_for(e, consts)
+            if c is not None:
+                fitted += [(st.X, c) for st in self._reference_stage_states(e)]
+        for model in sorted({e.model for e in self.fit_exps} & set(self.step_rows)):
+            c = self._consts_for(next(e for e in self.fit_exps if e.model == model), consts)
+            rows = self.step_rows[model]
+            if c is not None:
+                fitted.append((rows.X[rows.has_target], c))
+        ref = self.reference_states()
+        for e in self.report_exps:
+            c = self._consts_for(e, consts)
+            st = ref.get(e.id)
+            if c is not None and st is not None and len(st):
+                held.append((states_to_components(st[subsample(len(st), MAX_BRANCH_ROWS)], self.mv[e.id]), c))
+        return unsupported_branches(program, fitted, held)
+
     def kernels_missing(self, program) -> str | None:
         """Why a program that reads measured components cannot be scored here (their values would
         be NaN: no kernel tables for some model), else None."""
@@ -470,14 +501,14 @@ class Evaluator:
             return None
         return next((e.kernel_missing for e in self.all_exps if e.kernels is None), None)
 
-    def _simulate_all(self, f, consts, record=False, measured=True) -> tuple[dict[str, SimResult], str | None]:
+    def _simulate_all(self, f, consts, record=False, measured=True, spread=False) -> tuple[dict[str, SimResult], str | None]:
         """Simulate every experiment; (results, why invalid or None)."""
         results = {}
         for e in self.exps:
             c = self._consts_for(e, consts)
             if c is None:
                 return results, f"no constants for model {e.model}"
-            r = self._sim(f, c, e, record=record, measured=measured)
+            r = self._sim(f, c, e, record=record, measured=measured, spread=spread)
             if not r.ok:
                 why = ("invalid prediction (NaN, inf or < 1 us)" if r.status == 1 else
                        f"runaway simulation (over {r.n_steps} steps: predicted steps far too short)")
@@ -571,13 +602,20 @@ class Evaluator:
                 if sel.any() and not (mfail is not None and mfail > MOSTLY_FAILED):
                     me2e, mttft, mitl = self._measured(e, s.index, mask)
                     pe2e, pttft = float(e2e[sel].mean()) / 1e6, float(ttft[sel].mean()) / 1e6
-                    pitl = per_token_time(e2e[sel], ttft[sel], wl.gen_len[sel]) / 1e6
+                    # per-token time over the requests the simulation finished too: a timed-out
+                    # request's span (timeout - first token) is no decode measurement and, clamped
+                    # at the timeout, hides a simulated step that is too slow (docs/failed_requests.md)
+                    both = sel & ~timed_out
+                    both = both if both.any() else sel
+                    pitl = per_token_time(e2e[both], ttft[both], wl.gen_len[both]) / 1e6
                     row.update({"pred_e2e_s": pe2e, "meas_e2e_s": me2e, "e2e_err": abs(pe2e - me2e) / me2e,
                                 "pred_ttft_s": pttft, "meas_ttft_s": mttft, "ttft_err": abs(pttft - mttft) / mttft,
                                 "pred_itl_s": pitl, "meas_itl_s": mitl, "itl_err": abs(pitl - mitl) / mitl})
                 else:  # mostly failed in the measurement: scored on its failure fraction alone
                     row.update({k: None for k in ("pred_e2e_s", "meas_e2e_s", "e2e_err", "pred_ttft_s",
                                                   "meas_ttft_s", "ttft_err", "pred_itl_s", "meas_itl_s", "itl_err")})
+                served = every & ~timed_out  # what the client's summary shows: the successes' TTFT
+                row["pred_ttft_served_s"] = float(ttft[served].mean()) / 1e6 if served.any() else None
                 row.update({
                     "sim_steps": r.n_steps, "preempted": r.n_preempted,
                     # prefix cache of these requests (None where they have no prompt tokens)
@@ -649,7 +687,8 @@ class Evaluator:
                 raise ValueError(f"the evaluation has no constants for model {e.model}")
             wl = self.wl[e.id]
             r = simulate(f, c, self.mv[e.id], wl, e.kv_blocks, e.max_num_seqs, e.max_batched_tokens,
-                         e.block_size, max_steps=MAX_STEPS, record=True, breakdown=True, timeout_us=self._timeout())
+                         e.block_size, max_steps=MAX_STEPS, record=True, breakdown=True, timeout_us=self._timeout(),
+                         spread=not SPREAD_NAMES.isdisjoint(program.params))
             if not r.ok:
                 raise ValueError(f"{e.id}: the simulation with the fitted constants failed (status {r.status})")
             mask = self._part(e, "test")

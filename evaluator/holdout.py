@@ -9,7 +9,16 @@ scores every program under three kinds of split, each a list of `Split`s taken i
             other models, so model differences must come from the components (weights,
             FLOPs, KV bytes, TP);
   load      leave the high load out: fitted on the lowest-rate stage of each experiment with
-            several stages, scored on its higher-rate stages (load extrapolation).
+            several stages, scored on its higher-rate stages (load extrapolation);
+  long      long decode: per-model constants fitted on the workloads whose requests hold
+            shorter contexts, scored on the workloads whose requests run to much longer ones
+            (`long_workloads`: a gap of at least LONG_RATIO in prompt + output length). LOWO then
+            runs on the short workloads only, so the two never blend.
+
+Overload: the failure fraction of the held-out stages that were overloaded in the measurement
+(more than OVERLOADED of their requests failed at the client's timeout) is its own objective,
+`overload_fail` (`overload_error`): scored on the long-decode split where it has such stages,
+else on every held-out split's.
 
 Request overheads (queueing, post-decode) are fitted like the constants, on the fitted part
 only, on a simulation with the split's own constants. For LOMO the held-out model takes the
@@ -29,9 +38,36 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-KINDS = ("workload", "model", "load")
-PREFIX = {"workload": "lowo", "model": "lomo", "load": "load"}  # objective name prefixes
-TITLE = {"workload": "leave one workload out", "model": "leave one model out", "load": "leave high load out"}
+from evaluator.records import Evaluation
+
+KINDS = ("workload", "model", "load", "long")
+PREFIX = {"workload": "lowo", "model": "lomo", "load": "load", "long": "long"}  # objective name prefixes
+TITLE = {"workload": "leave one workload out", "model": "leave one model out", "load": "leave high load out",
+         "long": "long decode (fitted on shorter contexts)"}
+LONG_RATIO = 1.5  # a workload is long when its requests' final context is this much above the next shorter one's
+OVERLOADED = 0.01  # a stage whose measured failed fraction exceeds this was overloaded
+
+
+def request_context(e) -> float:
+    """Tokens a request of experiment `e` holds when it finishes: its prompt (the profile's
+    system prompt and question) plus the tokens it generates."""
+    return float(e.system_prompt_len + e.question_len + e.generated_len)
+
+
+def long_workloads(exps) -> frozenset:
+    """The workloads whose requests run to much longer contexts than the others': those above
+    the widest gap (a ratio of at least LONG_RATIO) between consecutive workloads ranked by
+    their longest `request_context`; empty where no such gap exists."""
+    ctx: dict[str, float] = {}
+    for e in exps:
+        ctx[e.workload] = max(ctx.get(e.workload, 0.0), request_context(e))
+    names = sorted(ctx, key=lambda n: (ctx[n], n))
+    gaps = [(ctx[hi] / max(ctx[lo], 1.0), hi) for lo, hi in zip(names, names[1:])]
+    gaps = [g for g in gaps if g[0] >= LONG_RATIO]
+    if not gaps:
+        return frozenset()
+    cut = ctx[max(gaps)[1]]
+    return frozenset(n for n in names if ctx[n] >= cut)
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,6 +96,16 @@ def make_split(exps, kind: str, value: str | None = None) -> Split:
         low = {e.id: min(e.stages, key=lambda s: (s.rate, s.index)).index for e in multi}
         return Split("load", None, {e.id: (low[e.id],) for e in multi},
                      {e.id: tuple(s.index for s in e.stages if s.index != low[e.id]) for e in multi}, False)
+    if kind == "long":
+        long = long_workloads(exps)
+        if not long:
+            raise ValueError(f"the long-decode split needs a workload whose requests run to contexts at least "
+                             f"{LONG_RATIO:g}x longer than the others'")
+        fitted = {e.model for e in exps if e.workload not in long}
+        return Split("long", None, {e.id: every(e) for e in exps if e.workload not in long},
+                     {e.id: every(e) for e in exps if e.workload in long and e.model in fitted}, False)
+    if kind == "workload" and value not in long_workloads(exps):
+        exps = [e for e in exps if e.workload not in long_workloads(exps)]  # LOWO on the short folds
     key = (lambda e: e.model) if kind == "model" else (lambda e: e.workload)
     names = sorted({key(e) for e in exps})
     if value not in names:
@@ -74,6 +120,10 @@ def splits_of(exps, kind: str) -> list[Split]:
     """Every split of one kind, in a fixed order (empty where the data cannot make one)."""
     if kind == "load":
         return [make_split(exps, "load")] if any(len(e.stages) > 1 for e in exps) else []
+    if kind == "long":
+        return [make_split(exps, "long")] if long_workloads(exps) else []
+    if kind == "workload":  # the long workloads have a split of their own
+        exps = [e for e in exps if e.workload not in long_workloads(exps)]
     names = sorted({(e.model if kind == "model" else e.workload) for e in exps})
     return [make_split(exps, kind, n) for n in names] if len(names) > 1 else []
 
@@ -121,7 +171,13 @@ def split_evaluation(evaluator, program, split: Split, main_overheads: dict | No
     if ovh is None and reuses_main_overheads(split) and main_overheads is not None:
         ovh = _lomo_overheads(main_overheads, split.value)
     view = evaluator.for_split(split, simulate_fit=ovh is None)
-    return view.evaluate(program, overheads=ovh, fit=fit, refine=False)
+    res = view.evaluate(program, overheads=ovh, fit=fit, refine=False)
+    if res.valid and fit:  # a threshold only the held-out data crosses decides nothing fitted
+        found = view.extrapolating_branches(program, res.constants)
+        if found:
+            return Evaluation.invalid(f"branch on a threshold the fitted data never crossed: {found[0]}",
+                                      seconds=res.seconds, constants=res.constants)
+    return res
 
 
 def kind_block(kind: str, results) -> dict:
@@ -145,13 +201,39 @@ def join_splits(main, results, kinds=KINDS):
     stays last) and the per-kind detail (`kind_block`) in `holdout`. A kind without splits
     scores infinite, as one whose every split failed."""
     blocks = {kind: kind_block(kind, [(label, res) for label, res in results if _kind_of(label) == kind])
-              for kind in kinds}
+              for kind in kinds
+              if kind in OPTIONAL_KINDS_REQUIRED or any(_kind_of(label) == kind for label, _ in results)}
     objectives = {k: v for k, v in main.objectives.items() if k != "complexity"}
     for kind, b in blocks.items():
         objectives[f"{PREFIX[kind]}_e2e"] = b["objectives"][f"{PREFIX[kind]}_e2e"]
+    overload = overload_error(blocks)
+    if overload is not None:
+        objectives[OVERLOAD] = overload
     if "complexity" in main.objectives:
         objectives["complexity"] = main.objectives["complexity"]
     return replace(main, objectives=objectives, holdout=blocks)
+
+
+OPTIONAL_KINDS_REQUIRED = ("workload", "model", "load")  # scored infinite where the data has no split of theirs
+OVERLOAD = "overload_fail"
+
+
+def overload_error(blocks: dict) -> float | None:
+    """Mean error of the predicted failed fraction (|pred - measured|, 0.01 = one point) over the
+    held-out stages that were overloaded in the measurement: those of the long-decode split where
+    it has any, else those of every held-out split. Infinite if a split that holds such a stage
+    could not be scored; None where no held-out stage was overloaded (no objective)."""
+    def overloaded(b):
+        return [r for r in b["rows"] if r.get("meas_fail") is not None and r["meas_fail"] > OVERLOADED]
+    order = [blocks["long"]] if "long" in blocks and overloaded(blocks["long"]) else list(blocks.values())
+    rows = [r for b in order for r in overloaded(b)]
+    if not rows:
+        if "long" in blocks and blocks["long"]["errors"]:
+            return math.inf  # the split that would hold the overloaded stages failed
+        return None
+    if any(b["errors"] for b in order):
+        return math.inf
+    return float(np.mean([r["fail_err_pts"] / 100.0 for r in rows]))
 
 
 def holdout_scores(evaluator, program, main, fit: bool = True, overheads: dict | None = None, kinds=KINDS):

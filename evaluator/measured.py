@@ -134,7 +134,7 @@ def component_grid(gt: GroundTruth, model: str, tables: kt.KernelTables | None =
     for i, (d, c, p) in enumerate(pts):
         n_p = 1.0 if p else 0.0
         K = float(d * c + p)
-        fill_components(mv, float(p), float(d), n_p, float(d), d + n_p, K, comp)
+        fill_components(mv, float(p), float(d), n_p, float(d), d + n_p, K, float(c), comp)
         row = {"decodes": d, "context": c, "prefill_chunk": p}
         row.update({k: float(v) for k, v in zip(COMPONENTS, comp) if k in PEAK_TIME_COMPONENTS})
         row.update({k: float(comp[COMPONENT_INDEX[k]]) for k in MEASURED_COMPONENTS})

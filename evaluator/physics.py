@@ -6,7 +6,8 @@ The components are times at peak hardware speed, so no real step can be shorter 
 others' KV is not read; in vLLM every running request is scheduled, so real rows are unchanged)
 (compute at peak FLOP/s, or the bytes that must cross HBM at peak bandwidth), and a step must not get
 faster when it is given more work: the prediction is non-decreasing in P, D, K, n_decode and B, each
-with the others fixed. A program that breaks either is worthless in a simulator outside the measured
+with the others fixed, when one more prefill request brings its tokens (P and n_prefill), and
+when the same KV is spread more unevenly over the decoding requests (ctx_max). A program that breaks either is worthless in a simulator outside the measured
 range, however well it fits inside it.
 
 One module, shared by the judge (invalid with the reason stored) and by emit-go (never emitted).
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evaluator.components import COMPONENT_INDEX, MEASURED_NAMES, N_COMPONENTS, components_for_model
+from evaluator.components import COMPONENT_INDEX, MEASURED_NAMES, N_COMPONENTS, components_for_model_spread
 from evaluator.step_scoring import predict_rows
 
 DEFAULT_MAX_MODEL_LEN = 4096  # vLLM max_model_len of every shared experiment (exp-config.yaml)
@@ -94,6 +95,8 @@ def extrapolation_grid(experiment, model_vec: np.ndarray) -> np.ndarray:
     (`kv_blocks * block_size`, at most `max_model_len` tokens per running request), full
     `max_batched_tokens` prefill chunks and mixed steps. Lines:
       P        prefill tokens (n_prefill fixed; lines with one prefill start at the pure-decode step)
+      P+n_prefill one more prefill request of 16 or 256 tokens
+      ctx_max  the longest decoding context, from the mean up to what the batch's KV allows
       D        decode tokens with n_decode fixed (more than one token per request, as speculative decoding)
       D+n_decode one more decoding request of one token (how D grows in vLLM and BLIS)
       K        KV tokens held, from the fewest the batch can hold up to the full cache
@@ -148,6 +151,16 @@ def extrapolation_grid(experiment, model_vec: np.ndarray) -> np.ndarray:
                 nds = sorted({n for n in (1.0, 8.0, 32.0, 64.0) if n <= top} | {top})
                 if top >= 1:
                     lines.append([(P, top, n_p, n, B, K) for n in nds])
+    # P+n_prefill lines: one more prefill request of c tokens, the rest fixed (how prefill work
+    # grows as requests arrive: a program must not get cheaper per step for it)
+    for chunk in (16.0, 256.0):
+        for D in (0.0, 32.0):
+            nps = [n for n in (1.0, 2.0, 4.0, 8.0) if n * chunk + D <= T and n + D <= S]
+            if len(nps) < 2:
+                continue
+            k_lo = _k_min(nps[-1] * chunk, D, blk)
+            for B in sorted({nps[-1] + D, S}):
+                lines.append([(n * chunk, D, n, D, B, k_lo) for n in nps])
     # K lines and B lines over a few mixed and pure batches.
     for P, n_p in ((0.0, 0.0), (16.0, 1.0), (T / 2.0, 1.0), (T, 1.0), (T / 2.0, 4.0)):
         for D in (0.0, 1.0, 8.0, 64.0, S - max(n_p, 1.0)):
@@ -159,12 +172,26 @@ def extrapolation_grid(experiment, model_vec: np.ndarray) -> np.ndarray:
             # B lines hold K fixed: at the least the batch needs, and at what its own requests can hold
             for K in sorted({k_lo, k_max(n_p + D, k_lo)}):
                 lines.append([(P, D, n_p, D, b, K) for b in b_levels(n_p + D)])
+    # ctx_max lines: the same decoding batch and KV held, its longest context from the mean up to
+    # what the others leave it (a wider spread of contexts must not make a step faster)
+    for D in (8.0, 64.0, S):
+        for K in (D * 512.0, D * 1024.0):
+            if K > cap:
+                continue
+            top = min(max_len, K - (D - 1.0) * blk)
+            mean = K / D
+            if top <= mean:
+                continue
+            lines.append([(0.0, D, 0.0, D, D, K, mean + f * (top - mean)) for f in (0.0, 0.25, 0.5, 1.0)])
     lines = [ln for ln in lines if ln]
     width = max(len(ln) for ln in lines)
     flat = [ln[i] if i < len(ln) else ln[-1] for ln in lines for i in range(width)]
+    # every other state: each decoding request at the mean context (no spread)
+    flat = [st if len(st) == 7 else (*st, st[5] / st[3] if st[3] > 0 else 0.0) for st in flat]
     a = np.array(flat, np.float64)
     c = lambda j: np.ascontiguousarray(a[:, j])  # noqa: E731
-    X = components_for_model(np.ascontiguousarray(model_vec, np.float64), c(0), c(1), c(2), c(3), c(4), c(5))
+    X = components_for_model_spread(np.ascontiguousarray(model_vec, np.float64), c(0), c(1), c(2), c(3), c(4), c(5),
+                                    c(6))
     return np.ascontiguousarray(X.reshape(len(lines), width, N_COMPONENTS))
 
 
@@ -186,7 +213,7 @@ def grid_rows(grid: np.ndarray) -> np.ndarray:
 
 def _stepped(a: np.ndarray, b: np.ndarray) -> str:
     """Which aggregates grew from state a to state b, e.g. '+D+n_decode'."""
-    names = [n for n in ("P", "D", "K", "n_prefill", "n_decode", "B") if b[_CI[n]] != a[_CI[n]]]
+    names = [n for n in ("P", "D", "K", "n_prefill", "n_decode", "B", "ctx_max") if b[_CI[n]] != a[_CI[n]]]
     return "".join(f"+{n}" for n in names) or "+nothing"
 
 

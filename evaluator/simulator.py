@@ -79,7 +79,7 @@ _F1 = numba.float64[::1]
 _I1 = numba.int64[::1]
 _SIM_ARGS = (PREDICTOR_TYPE, _F1, _F1, _F1, _I1, _I1, _I1, numba.int64, numba.int64, numba.int64,
              numba.int64, numba.int64, numba.boolean,
-             numba.boolean, _I1, _I1, _I1, numba.int64, numba.boolean, numba.float64, numba.boolean)
+             numba.boolean, _I1, _I1, _I1, numba.int64, numba.boolean, numba.float64, numba.boolean, numba.boolean)
 
 
 @numba.njit(cache=True, inline="always")
@@ -111,7 +111,7 @@ def _next_event(blocks, computed, n_cached, fin_at, block, lru, s, n_shared):
 @numba.njit(_SIM_ARGS, cache=True, error_model="numpy")
 def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_len,
               kv_blocks, max_seqs, max_tokens, block, max_steps, record,
-              lru, n_sys, grp_c, prm_c, ubase, breakdown, timeout_us, fast):
+              lru, n_sys, grp_c, prm_c, ubase, breakdown, timeout_us, fast, spread):
     n = arrival_us.shape[0]
     first_us = np.full(n, -1.0)
     done_us = np.full(n, -1.0)
@@ -151,7 +151,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     seen_p = np.zeros(ubase + 1, np.bool_)  # content ids whose blocks were computed before
     comp = np.zeros(N_COMPONENTS)
     # grown by doubling: allocating max_steps rows up front (280 MB zeroed) cost ~0.25 s a run
-    rec = np.empty((min(max_steps, 65536) if record else 1, 7))  # P, D, n_prefill, n_decode, B, K, t_start
+    rec = np.empty((min(max_steps, 65536) if record else 1, 8))  # P, D, n_prefill, n_decode, B, K, t_start, ctx_max
     # Members (see the module docstring): running[0:first_x) are decoders that advance
     # implicitly (a member's computed/generated hold its values minus s, the steps since the
     # members were last written back); running[first_x:n_run) are handled one by one.
@@ -165,6 +165,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     n_live = 0  # live running requests (n_run counts positions, holes included)
     s = 0
     tot_blocks = 0  # blocks held by live members
+    want_ctx = spread or record  # the longest decoding context is computed only where it is read
     W = 1
     while W <= 2 * block + 1:
         W *= 2
@@ -457,6 +458,11 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
         n_d = D
         K = float(tot_blocks * block)
         K_dec = K
+        ctx = 0.0  # the longest decoding context after this step (members: stored + s)
+        if want_ctx and n_mem > 0:
+            for j in range(first_x):
+                if not gone[running[j]]:
+                    ctx = max(ctx, float(computed[running[j]] + s))
         P_rec = 0.0  # prefill tokens recomputed because their cached blocks were evicted
         P_pre = 0.0  # prefill tokens recomputed after a preemption
         for j in range(first_x, n_run):
@@ -484,6 +490,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 D += new_tok[j]
                 n_d += 1.0
                 K_dec += kr
+                ctx = max(ctx, float(end))
             K += kr
         if P + D == 0.0:
             # nothing schedulable (KV exhausted by a lone request): wait for the next arrival
@@ -499,7 +506,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
         h = -1  # memo slot of a members-only step
         key = 0
         found = False
-        if first_x == n_run:
+        if first_x == n_run and not spread:
             # members only: the step depends on (batch, blocks) alone, and most pairs recur, so
             # their predicted cycle is looked up (the program is a pure function)
             key = tot_blocks * (max_seqs + 1) + n_mem
@@ -510,7 +517,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
         if found:
             dt = memo_v[h]
         else:
-            fill_components(model, P, D, n_p, n_d, float(n_live), K, comp)
+            fill_components(model, P, D, n_p, n_d, float(n_live), K, ctx, comp)
             dt = predict(comp, consts)
             if not (dt >= 1.0) or not np.isfinite(dt):
                 status = 1
@@ -522,7 +529,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
         if breakdown and D > 0.0:
             base = dt
             if P > 0.0:
-                fill_components(model, 0.0, D, 0.0, n_d, float(n_live) - n_p, K_dec, comp)
+                fill_components(model, 0.0, D, 0.0, n_d, float(n_live) - n_p, K_dec, ctx, comp)
                 base = predict(comp, consts)
             extra = dt - base
             f_rec = P_rec / P if P > 0.0 else 0.0
@@ -545,7 +552,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     stats[r, T_PREEMPT] += dt  # re-prefilling its prompt after a preemption
         if record:
             if n_steps == rec.shape[0]:
-                grown = np.empty((min(2 * rec.shape[0], max_steps), 7))
+                grown = np.empty((min(2 * rec.shape[0], max_steps), 8))
                 grown[:n_steps] = rec
                 rec = grown
             rec[n_steps, 0] = P
@@ -555,6 +562,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             rec[n_steps, 4] = n_live
             rec[n_steps, 5] = K
             rec[n_steps, 6] = t
+            rec[n_steps, 7] = ctx
         t += dt
         n_steps += 1
         if n_steps >= max_steps:
@@ -654,7 +662,7 @@ class SimResult:
     e2e_us: np.ndarray
     n_steps: int
     n_preempted: int
-    states: np.ndarray  # recorded steps (P, D, n_prefill, n_decode, B, K, t) if requested
+    states: np.ndarray  # recorded steps (P, D, n_prefill, n_decode, B, K, t, ctx_max) if requested
     req_stats: np.ndarray = field(default_factory=lambda: np.zeros((0, N_REQ_STATS)))  # see HIT..
     prefix_cache: str = "always-hit"  # the mode that ran
     breakdown: bool = False  # whether the T_* columns were filled
@@ -692,7 +700,7 @@ def _content_ids(wl: Workload, block: int):
 def simulate(predict, consts, model_vec, wl: Workload, kv_blocks: int, max_seqs: int = 128,
              max_tokens: int = 2048, block: int = 16, max_steps: int = 5_000_000,
              record: bool = False, prefix_cache: str = "auto", breakdown: bool = False,
-             timeout_us: float | None = None, fast: bool = True) -> SimResult:
+             timeout_us: float | None = None, fast: bool = True, spread: bool = False) -> SimResult:
     """Run one experiment; `predict` is a numba function of signature PREDICTOR_TYPE.
 
     prefix_cache: "lru" (vLLM's block pool), "always-hit" (the workload's cached_len), or
@@ -701,6 +709,8 @@ def simulate(predict, consts, model_vec, wl: Workload, kv_blocks: int, max_seqs:
     timeout_us: the client timeout (module docstring); None = the workload's, 0 = none.
     fast=False runs every step through the general step (the steady-decode stretches off):
     the same result, bit for bit, only slower; tests compare the two.
+    spread=True: the program reads the longest decoding context (ctx_max, t_decode_kv_max), so
+    steps of members alone are not looked up by (batch, blocks), which do not determine it.
     """
     if prefix_cache not in PREFIX_MODES:
         raise ValueError(f"prefix_cache must be one of {PREFIX_MODES}, not {prefix_cache!r}")
@@ -716,7 +726,7 @@ def simulate(predict, consts, model_vec, wl: Workload, kv_blocks: int, max_seqs:
         i8(wl.gen_len), int(kv_blocks), int(max_seqs), int(max_tokens),
         int(block), int(max_steps), bool(record),
         bool(lru), i8(n_sys), i8(grp_c), i8(prm_c), int(ubase), bool(breakdown),
-        timeout if np.isfinite(timeout) else 0.0, bool(fast))
+        timeout if np.isfinite(timeout) else 0.0, bool(fast), bool(spread))
     if timed_out.any():  # what the client recorded: it gave up at the timeout
         first = np.where(timed_out & ((first < 0) | (first > timeout)), timeout, first)
         done = np.where(timed_out, timeout, done)

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 
 from evaluator.components import COMPONENT_INDEX, COMPONENTS
 from evaluator.objectives import Caps
+from evaluator.units import units_violation
 from evaluator.program import (ALLOWED_CALLS, FUNC_NAME, Program, ProgramError, call_name, collapse_conditional,
                                drop_dead_code, loaded_names, normalize_calls, parse_program, parse_source,
                                truncate_unreachable)
@@ -325,6 +326,8 @@ class OfflineMutator:
             if got is None:
                 continue
             if op != "constant" and got.hash in parent_hashes:
+                continue
+            if units_violation(got) is not None:  # the judge would refuse it unfitted: draw again
                 continue
             return got, op
         got = self._attempt("constant", progs)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from evaluator.component_table import HELPERS, MODEL_INPUTS, STEP_INPUTS, block_slots, checked_rows, split_conditional
+from evaluator.component_table import (BLOCK_INPUTS, HELPERS, MODEL_INPUTS, STEP_INPUTS, block_slots, checked_rows,
+                                       split_conditional)
 
 from .measured_go import measured_go
 
@@ -78,12 +79,11 @@ def go_components(recv: str = "m", type_name: str = "T", measured: bool = False)
     read = {n.id for _, expr, _ in rows for n in ast.walk(expr) if isinstance(n, ast.Name)}
     body = [f"\tmodel := &{recv}.arch"]
     body += [f"\t{go_name(local)} := model[{i}]" for i, (local, _) in enumerate(MODEL_INPUTS) if local in read]
-    index = 0
-    for row, expr, is_comp in rows:
+    for row, expr, slot in rows:
         cond, yes, no = split_conditional(expr)
+        is_comp = slot is not None
         if is_comp:
-            target = f"out[{index}]"
-            index += 1
+            target = f"out[{slot}]"
         else:
             target = go_name(row.name)
         if cond is None:
@@ -97,12 +97,13 @@ def go_components(recv: str = "m", type_name: str = "T", measured: bool = False)
         if not is_comp and row.name not in read:
             body.append(f"\t_ = {target}")
     params = ", ".join(go_name(n) for n in STEP_INPUTS)
+    block_params = ", ".join(go_name(n) for n in BLOCK_INPUTS)
     helpers = [HELPERS[h].go.replace("{recv}", type_name) for h in g.used_helpers]
     if measured:
         for b, at in block_slots():
             end = at + len(b.rows)
             body += [f"\tif len({recv}.tables) > 0 {{",
-                     f"\t\t{recv}.{b.go}({recv}.tables, {params}, out[{at}:{end}])",
+                     f"\t\t{recv}.{b.go}({recv}.tables, {block_params}, out[{at}:{end}])",
                      "\t} else {", f"\t\tfor i := {at}; i < {end}; i++ {{", "\t\t\tout[i] = math.NaN()", "\t\t}",
                      "\t}"]
         helpers.append(measured_go(type_name))

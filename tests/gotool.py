@@ -282,7 +282,7 @@ class Batch:
     model: str
     requests: list[tuple[int, int, int, int]]
 
-    def aggregates(self) -> tuple[float, float, float, float, float, float]:
+    def aggregates(self) -> tuple[float, float, float, float, float, float, float]:
         progress = [int(r[0]) for r in self.requests]
         num_new = [int(r[1]) for r in self.requests]
         input_len = [int(r[2]) for r in self.requests]
@@ -359,9 +359,9 @@ def reference_prediction(program: Program, constants: Sequence[float], x: Sequen
 
 def _components(model_vector, batch: Batch) -> np.ndarray:
     out = np.zeros(N_COMPONENTS)
-    P, D, n_p, n_d, B, K = batch.aggregates()
+    P, D, n_p, n_d, B, K, ctx = batch.aggregates()
     fill_components(np.asarray(model_vector, dtype=np.float64), float(P), float(D), float(n_p), float(n_d),
-                    float(B), float(K), out)
+                    float(B), float(K), float(ctx), out)
     return out
 
 

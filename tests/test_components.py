@@ -12,9 +12,10 @@ LLAMA7B = dict(layers=32, hidden=4096, n_heads=32, n_kv_heads=32, ffn=11008, n_e
 MIXTRAL = dict(layers=32, hidden=4096, n_heads=32, n_kv_heads=8, ffn=14336, n_experts=8, top_k=2, vocab=32000)
 
 
-def comps(arch, tp, P, D, n_p, n_d, B, K):
+def comps(arch, tp, P, D, n_p, n_d, B, K, ctx_max=None):
     out = np.zeros(len(CI))
-    fill_components(model_vector(arch, tp, DEFAULT_HW), P, D, n_p, n_d, B, K, out)
+    ctx = (K / n_d if n_d else 0.0) if ctx_max is None else ctx_max  # no spread unless given
+    fill_components(model_vector(arch, tp, DEFAULT_HW), P, D, n_p, n_d, B, K, ctx, out)
     return {k: out[i] for k, i in CI.items()}
 
 
@@ -59,9 +60,33 @@ def test_mixtral_moe_and_tp():
 
 def test_batch_aggregates_rules():
     # request A: prefill chunk of 100 at progress 0 (input 300); B: decode at progress 400 (input 350)
-    P, D, n_p, n_d, B, K = batch_aggregates([0, 400], [100, 1], [300, 350])
+    P, D, n_p, n_d, B, K, ctx = batch_aggregates([0, 400], [100, 1], [300, 350])
     assert (P, D, n_p, n_d, B) == (100, 1, 1, 1, 2)
     assert K == 112 + 416  # ceil(100/16)*16 + ceil(401/16)*16
+    assert ctx == 401  # the decoding request's tokens after this step (the prefill chunk is no decode)
+    assert batch_aggregates([1200, 2000, 1500], [1, 1, 1], [1000, 1000, 1000])[6] == 2001
+
+
+CODELLAMA_TP2 = dict(layers=48, hidden=8192, n_heads=64, n_kv_heads=8, ffn=22016, n_experts=0, top_k=0, vocab=32000)
+LLAMA70B_TP4 = dict(layers=80, hidden=8192, n_heads=64, n_kv_heads=8, ffn=28672, n_experts=0, top_k=0, vocab=32000)
+
+
+@pytest.mark.parametrize("arch,tp,measured_ms", [(CODELLAMA_TP2, 2, 1.7), (LLAMA70B_TP4, 4, 2.5)])
+def test_longest_context_term_has_the_order_of_the_h100_measurement(arch, tp, measured_ms):
+    """DESIGN 3b, measured on an H100: 128 decodes whose contexts spread uniformly over
+    1,080-2,530 tokens cost 1.7 ms (codellama-34b TP2) and 2.5 ms (llama-2-70b TP4) more per
+    step than the same batch at the mean. t_decode_kv_max - t_decode_kv (the batch read as if
+    every request held the longest context) has that order: within a factor of two."""
+    n, lo, hi = 128, 1080, 2530
+    K = n * (lo + hi) / 2.0
+    spread = comps(arch, tp, 0.0, n, 0.0, n, n, K, ctx_max=hi)
+    flat = comps(arch, tp, 0.0, n, 0.0, n, n, K)
+    assert flat["t_decode_kv_max"] == pytest.approx(flat["t_decode_kv"])  # no spread: the same read
+    extra_ms = (spread["t_decode_kv_max"] - spread["t_decode_kv"]) / 1e3
+    assert measured_ms / 2 < extra_ms < 2 * measured_ms, extra_ms
+    # bytes per token by hand: 2 (K, V) x layers x 8 KV heads x 128 x 2 bytes / TP, at 3.35 TB/s
+    per_tok = 2 * arch["layers"] * 8 * 128 * 2 / tp
+    assert spread["t_decode_kv_max"] == pytest.approx(n * hi * per_tok / DEFAULT_HW["hbm_bw"] * 1e6, rel=1e-9)
 
 
 def test_the_numba_kernel_is_the_generated_one():
@@ -72,7 +97,9 @@ def test_the_numba_kernel_is_the_generated_one():
 def test_public_names_come_from_the_table():
     measured = tuple(r.name for b in table.BLOCKS for r in b.rows)
     # the measured components come after the peak-speed ones: archived programs keep their indices
-    assert COMPONENTS == tuple(r.name for r in table.COMPONENT_ROWS) + measured
+    late = tuple(r.name for r in table.LATE_ROWS)  # appended after them for the same reason
+    assert COMPONENTS == tuple(r.name for r in table.COMPONENT_ROWS) + measured + late
+    assert late == ("t_decode_kv_max", "ctx_max")
     assert measured[-1] == "t_step_measured" and COMPONENTS.index("t_gemm_measured") == 15
     assert list(COMPONENT_DOCS) == list(COMPONENTS) and all(COMPONENT_DOCS.values())
     assert MODEL_FIELDS == table.MODEL_FIELDS

@@ -80,6 +80,11 @@ def test_uncalibrated_roofline_is_not_fitted(evaluator):
 
 def test_invalid_program_is_reported(evaluator):
     res = evaluator.evaluate(parse_program("def predict_step_time(P, D):\n    return P - D\n"), fit=False)
+    # refused before anything is fitted or simulated: a token count is no time
+    assert not res.valid and res.error == "units: the returned step time `P - D` mixes token with us"
+    assert res.sim_steps == 0
+    res = evaluator.evaluate(parse_program("def predict_step_time(t_weights, t_decode_kv):\n"
+                                           "    return t_weights - 2.0 * t_decode_kv\n"), fit=False)
     # refused before any simulation: negative step times are below the hardware floor
     assert not res.valid and res.error.startswith("unphysical: below the hardware floor")
     assert res.sim_steps == 0 and all(math.isinf(v) for v in res.objectives.values())

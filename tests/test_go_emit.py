@@ -254,11 +254,13 @@ def test_compiles_against_blis_token_id_alias():
 def test_fill_components_is_generated_from_the_table():
     """The Go fillComponents is rendered from evaluator.component_table (values: test_go_parity)."""
     src = _emit(seed_sources()["roofline"])
-    body = src.split(f"fillComponents(P, D, nPrefill, nDecode, B, K float64, out *[{N_COMPONENTS}]float64) {{\n",
-                     1)[1]
+    body = src.split(f"fillComponents(P, D, nPrefill, nDecode, B, K, ctxMax float64, out *[{N_COMPONENTS}]float64) "
+                     "{\n", 1)[1]
     body = body.split("\n}\n", 1)[0]
     for i, row in enumerate(component_table.COMPONENT_ROWS):
         assert f"\tout[{i}] = " in body or f"\t\tout[{i}] = " in body, row.name
+    late = N_COMPONENTS - len(component_table.LATE_ROWS)  # after the measured block
+    assert f"\tout[{late}] = nDecode * ctxMax * 2.0 * L * nkv * hd * 2.0 / tp / bw * us\n" in body
     assert "\tattnParams := h*(nq*hd) + 2.0*h*(nkv*hd) + nq*hd*h\n" in body
     assert "\t\tactive = nExp * (1.0 - math.Pow(1.0-topK/nExp, tokens))\n" in body
 

@@ -12,8 +12,10 @@ import pytest
 
 from evaluator.data import load
 from evaluator.evaluate import Evaluator
-from evaluator.holdout import KINDS, PREFIX, holdout_scores, make_split, splits_of
-from evaluator.objectives import HELDOUT, HELDOUT_ORDER, IN_SAMPLE_ORDER, objective_vector, selection_loss, vector_order
+from evaluator.holdout import (KINDS, OVERLOADED, PREFIX, holdout_scores, long_workloads, make_split,
+                               request_context, splits_of)
+from evaluator.objectives import (HELDOUT, HELDOUT_ORDER, IN_SAMPLE_ORDER, objective_vector, regime_errors,
+                                  selection_loss, vector_order)
 from evaluator.program import parse_program
 from evaluator.records import Evaluation
 from evolve.pareto import pareto_front
@@ -22,7 +24,7 @@ from seeds import seed_sources
 
 @pytest.fixture(scope="module")
 def gt():
-    return load(None)  # the embedded default: 4 models x 3 workloads, stage summaries
+    return load(None)  # the embedded default: 4 models x 4 workloads, stage summaries
 
 
 @pytest.fixture(scope="module")
@@ -46,18 +48,23 @@ def scored(ev, roofline):
 
 def test_workload_and_model_splits_partition_the_experiments(gt):
     exps = gt.experiments
+    long = long_workloads(exps)
+    assert long == {"reasoning"}  # 100 + 934 + 1,448 tokens against at most 150 + 600 + 251
     for kind in ("workload", "model"):
+        # LOWO runs on the short workloads: the long one has a split of its own
+        pool = [e for e in exps if kind == "model" or e.workload not in long]
         splits = splits_of(exps, kind)
-        names = {(e.workload if kind == "workload" else e.model) for e in exps}
+        names = {(e.workload if kind == "workload" else e.model) for e in pool}
         assert {s.value for s in splits} == names
         for s in splits:
             assert set(s.fit).isdisjoint(s.report)
-            assert set(s.fit) | set(s.report) == {e.id for e in exps}
-            held = {e.id for e in exps if (e.workload if kind == "workload" else e.model) == s.value}
+            assert set(s.fit) | set(s.report) == {e.id for e in pool}
+            held = {e.id for e in pool if (e.workload if kind == "workload" else e.model) == s.value}
             assert set(s.report) == held
             assert s.global_fit == (kind == "model")
+        exps_kind = pool
         # every experiment is held out exactly once
-        assert sorted(i for s in splits for i in s.report) == sorted(e.id for e in exps)
+        assert sorted(i for s in splits for i in s.report) == sorted(e.id for e in exps_kind)
 
 
 def test_load_split_fits_the_lowest_rate_stage_and_scores_the_others(gt):
@@ -94,11 +101,12 @@ def test_heldout_objectives_rows_and_json(scored, gt):
         assert not block["errors"]
         name = f"{PREFIX[kind]}_e2e"
         assert math.isfinite(scored.objectives[name]) and scored.objectives[name] >= 0
-        assert scored.objectives[name] == pytest.approx(np.mean([r["e2e_err"] for r in block["rows"]]))
+        timed = [r["e2e_err"] for r in block["rows"] if r["e2e_err"] is not None]  # not the mostly failed
+        assert scored.objectives[name] == pytest.approx(np.mean(timed))
         assert block["objectives"][f"{PREFIX[kind]}_e2e_worst"] >= block["objectives"][name]
         for r in block["rows"]:
             split = make_split(gt.experiments, *r["split"].split(":")) if ":" in r["split"] \
-                else make_split(gt.experiments, "load")
+                else make_split(gt.experiments, r["split"])
             assert r["stage"] in split.report[r["experiment"]], r  # only held-out stages are scored
     assert set(scored.holdout["model"]["constants"]["model:llama-2-7b"]) == {"*"}  # one vector for all models
     json.dumps(scored.holdout, allow_nan=False)  # all finite here: strict JSON
@@ -142,7 +150,50 @@ def test_a_failing_split_makes_the_objective_infinite(ev, roofline, scored):
         assert bad.holdout[kind]["errors"]
 
 
+def test_long_decode_split_fits_on_shorter_contexts_only(gt):
+    """Fitted per model on the short workloads, scored on the long one; found from the data
+    (the widest gap of at least 1.5x in request context), not from a workload's name."""
+    (s,) = splits_of(gt.experiments, "long")
+    by_id = {e.id: e for e in gt.experiments}
+    assert {by_id[i].workload for i in s.report} == {"reasoning"} and len(s.report) == 4
+    assert {by_id[i].workload for i in s.fit} == {"codegen", "general", "roleplay"} and not s.global_fit
+    longest_fit = max(request_context(by_id[i]) for i in s.fit)
+    assert min(request_context(by_id[i]) for i in s.report) >= 1.5 * longest_fit
+    short = [e for e in gt.experiments if e.workload != "reasoning"]
+    assert long_workloads(short) == frozenset() and splits_of(short, "long") == []
+    with pytest.raises(ValueError, match="long-decode split needs"):
+        make_split(short, "long")
+
+
+def test_long_decode_and_overload_objectives(scored):
+    """`long_e2e` is the long split's mean E2E error; `overload_fail` the mean failed-fraction
+    error over its stages that were overloaded in the measurement (70b, mixtral, 7b reasoning:
+    not codellama's 0.08%)."""
+    b = scored.holdout["long"]
+    assert not b["errors"]
+    timed = [r["e2e_err"] for r in b["rows"] if r["e2e_err"] is not None]
+    assert scored.objectives["long_e2e"] == pytest.approx(np.mean(timed))
+    over = [r for r in b["rows"] if r["meas_fail"] > OVERLOADED]
+    assert {r["model"] for r in over} == {"llama-2-7b", "llama-2-70b", "mixtral-8x7b"}
+    assert scored.objectives["overload_fail"] == pytest.approx(np.mean([abs(r["pred_fail"] - r["meas_fail"])
+                                                                       for r in over]))
+    assert set(regime_errors(scored.objectives)) == {"lowo_e2e", "lomo_e2e", "load_e2e", "long_e2e", "overload_fail"}
+    assert vector_order([scored.objectives]) == (*HELDOUT, "complexity", "long_e2e", "overload_fail")
+
+
 # ---------------------------------------------------------------- ranking
+
+def test_selection_is_on_the_worst_regime():
+    """One bad regime is not diluted by good ones: a program 40% off on long decode ranks
+    below one 12% off everywhere, whatever its mean."""
+    even = {"e2e_mean": 0.05, "lowo_e2e": 0.12, "lomo_e2e": 0.12, "load_e2e": 0.12, "long_e2e": 0.12,
+            "overload_fail": 0.12}
+    spiky = {**even, "lowo_e2e": 0.01, "lomo_e2e": 0.01, "load_e2e": 0.01, "overload_fail": 0.01, "long_e2e": 0.4}
+    assert np.mean(list(regime_errors(spiky).values())) < np.mean(list(regime_errors(even).values()))
+    assert selection_loss(even) < selection_loss(spiky)
+    broken = {**even, "overload_fail": math.inf}  # a regime that could not be scored
+    assert selection_loss(broken) > selection_loss(spiky)
+
 
 def test_ranking_uses_heldout_errors_when_every_record_has_them():
     a = {"e2e_mean": 0.01, "complexity": 5, "lowo_e2e": 0.5, "lomo_e2e": 0.5, "load_e2e": 0.5}
@@ -187,7 +238,7 @@ def test_an_executor_joins_split_jobs_into_the_one_process_evaluation(ev):
     screen = wire(ev.evaluate(p, refine=False))
     whole = ev.evaluate(p, start=screen.constants, heldout=True)
     labels = split_labels(ev.all_exps)
-    assert len(labels) == 8 and labels[-1] == "load"
+    assert len(labels) == 9 and labels[-2:] == ["load", "long"]  # 3 LOWO (short folds), 4 LOMO, load, long
     ex = Executor(60.0, True, labels)
     full = Job(0, p.source, "full", screen.constants, screen=screen)
     ex.submit(Job(1, p.source, "screen"))
@@ -204,7 +255,7 @@ def test_an_executor_joins_split_jobs_into_the_one_process_evaluation(ev):
     assert json.dumps(a) == json.dumps(b)
     # a split that failed on its worker fails its kind only, as in one process
     ex.submit(full)
-    cut = list(ex.pending[-8:])
+    cut = list(ex.pending[-9:])
     # the next full job is cut slowest split first, as the splits just measured (longest first)
     assert set(ex._split_seconds) == set(labels)
     assert [j.split for j in cut] == sorted(labels, key=lambda label: -ex._split_seconds[label])
@@ -226,7 +277,7 @@ def test_prepared_split_views_are_the_ones_a_run_uses(gt, ev):
     caches = lambda e: {k: (set(v._ref_states_cache), set(v._cons_cache), set(v._probe_cache))  # noqa: E731
                         for k, v in e._splits.items()}
     made = caches(fresh)
-    assert len(made) == 8 and all(refs and cons for refs, cons, _ in made.values())
+    assert len(made) == 9 and all(refs and cons for refs, cons, _ in made.values())
     screen = fresh.evaluate(p, refine=False)
     for label in split_labels(fresh.all_exps):
         got = fresh.evaluate_split(p, label, screen.overheads)

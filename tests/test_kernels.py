@@ -172,7 +172,7 @@ def test_monotone_and_never_faster_than_peak(gt, reds):
                                (0, 0, 1)):
                 more = _measure(red.flat, P + dP, D + dD, n_p if P else 1.0, D + dD, D + dD + n_p, K + dK)
                 assert np.all(more >= base * (1 - 1e-12)), (model, P, D, K, dP, dD, dK)
-            fill_components(mv, P, D, n_p, D, D + n_p, K, peak)
+            fill_components(mv, P, D, n_p, D, D + n_p, K, K / D if D else 0.0, peak)
             c = COMPONENT_INDEX
             gemm_moe = base[MEASURED_INDEX["t_gemm_measured"]] + base[MEASURED_INDEX["t_moe_measured"]]
             assert gemm_moe >= (peak[c["t_prefill_gemm"]] + peak[c["t_decode_gemm"]]) * (1 - 1e-9)

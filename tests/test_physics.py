@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from evaluator.components import COMPONENT_INDEX as CI
-from evaluator.components import N_COMPONENTS, components_matrix
+from evaluator.components import N_COMPONENTS, components_for_model_spread, components_matrix
 from evaluator.physics import (REL_TOL, check_by_model, check_program, extrapolation_grid, floor_residuals,
                                floor_us, grid_rows, model_grids, monotone_residuals, monotonicity_violation)
 from evaluator.program import parse_program
@@ -87,8 +87,22 @@ def test_grid_is_recomputed_from_the_aggregates(gt):
     v = e.model_vec(gt.hardware)
     mv = np.ascontiguousarray(np.broadcast_to(v, (len(G), len(v))))
     c = lambda n: np.ascontiguousarray(G[:, CI[n]])  # noqa: E731
-    again = components_matrix(mv, c("P"), c("D"), c("n_prefill"), c("n_decode"), c("B"), c("K"))
+    again = components_for_model_spread(np.ascontiguousarray(v), c("P"), c("D"), c("n_prefill"), c("n_decode"),
+                                        c("B"), c("K"), c("ctx_max"))
     np.testing.assert_array_equal(again, G)
+    # off the ctx_max lines every decoding request holds the mean context (no spread)
+    spread = G[:, CI["ctx_max"]] != np.where(G[:, CI["n_decode"]] > 0, G[:, CI["K"]] / np.maximum(G[:, CI["n_decode"]], 1), 0)
+    plain = components_matrix(mv, c("P"), c("D"), c("n_prefill"), c("n_decode"), c("B"), c("K"))
+    np.testing.assert_array_equal(plain[~spread], G[~spread])
+    assert spread.any()
+
+
+def test_a_wider_spread_of_contexts_making_a_step_faster_fails(grids):
+    f, c = prog("BIG + t_weights + t_decode_kv_max - 2.0 * t_decode_kv_max", "t_weights, t_decode_kv_max",
+                f"BIG = {BIG}")
+    for G in grids.values():
+        why = check_program(f, c, None, G)
+        assert why.startswith("gets faster with more work: ") and "+ctx_max" in why.split(" at ")[0], why
 
 
 def test_physical_program_passes(grids):
@@ -135,6 +149,16 @@ def test_prefill_making_a_step_faster_fails(grids):
                 f"PREFILL_BASE = {BIG}\nDECODE_BASE = {BIG + 500}")
     why = check_program(f, c, None, grids["llama-2-7b"])
     assert why.startswith("gets faster with more work: +P+n_prefill at P=0")
+
+
+def test_more_prefill_requests_making_a_step_faster_fails(grids):
+    """One more prefill request brings its tokens: a per-request discount that outgrows the
+    cost of 16 more tokens is caught on the P+n_prefill lines (nowhere else on the grid)."""
+    f, c = prog("BIG + t_prefill_gemm + t_weights - PER_PREFILL * n_prefill",
+                "t_prefill_gemm, t_weights, n_prefill", f"BIG = {BIG}\nPER_PREFILL = 200.0")
+    for G in grids.values():
+        why = check_program(f, c, None, G)
+        assert why.startswith("gets faster with more work: +P+n_prefill"), why
 
 
 def test_float_noise_is_tolerated():

@@ -183,7 +183,7 @@ def test_heldout_run_ranks_on_heldout_errors(tmp_path):
     for r in full:
         rec = arch.program(r["id"])
         assert set(HELDOUT) <= set(rec["objectives"]), rec["objectives"]
-        assert set(rec["evaluation"]["holdout"]) == {"workload", "model", "load"}
+        assert set(rec["evaluation"]["holdout"]) == {"workload", "model", "load", "long"}
     # past the seeds a full job was cut into its held-out splits on the two workers: joined, it
     # is what one process makes from the screen's constants
     cut = [arch.program(r["id"]) for r in full if r["generation"] > 0]

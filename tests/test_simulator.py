@@ -91,6 +91,36 @@ def _same(a, b):
         assert x.shape == y.shape and np.array_equal(x, y, equal_nan=True), name
 
 
+SPREAD_PROGRAM = ("BASE = 2000.0\nSPREAD = 1.0\n\ndef predict_step_time(t_weights, t_decode_kv, t_decode_kv_max):\n"
+                  "    return BASE + t_weights + t_decode_kv + SPREAD * (t_decode_kv_max - t_decode_kv)\n")
+
+
+def test_longest_context_is_the_same_with_members_and_request_by_request(evaluator):
+    """A program reading the longest decoding context (spread=True: no cycle memo) gives the
+    same results bit for bit with members as request by request, under KV pressure and
+    timeouts; the recorded ctx_max is that of a real decoding request."""
+    p = parse_program(SPREAD_PROGRAM)
+    f, c = p.compiled(), p.initial_constants
+    ev = evaluator
+    for e in ev.exps[:2]:
+        wl = ev.wl[e.id]
+        cut = min(len(wl.arrival_us), 1200)
+        wl = Workload(*(getattr(wl, k)[:cut] for k in ("arrival_us", "prompt_len", "cached_len", "gen_len", "stage")),
+                      prompt_id=wl.prompt_id[:cut], group_id=wl.group_id[:cut],
+                      system_prompt_len=wl.system_prompt_len, timeout_us=wl.timeout_us)
+        for kw in (dict(), dict(kv_blocks=max(64, e.kv_blocks // 12), timeout_us=1.2e6)):
+            kw = {"kv_blocks": e.kv_blocks, **kw}
+            args = (f, c, ev.mv[e.id], wl, kw.pop("kv_blocks"))
+            fast = simulate(*args, fast=True, spread=True, record=True, **kw)
+            _same(fast, simulate(*args, fast=False, spread=True, record=True, **kw))
+            st = fast.states
+            dec = st[:, 3] > 0
+            assert dec.any() and np.all(st[~dec, 7] == 0)
+            assert np.all(st[dec, 7] <= (wl.prompt_len + wl.gen_len).max())
+            # the longest context is at least the decoders' mean share of the KV they hold
+            assert np.all(st[dec, 7] >= 1) and np.all(st[dec, 7] * st[dec, 3] >= st[dec, 1])
+
+
 def test_steady_decode_stretches_are_bit_identical_to_the_general_step(evaluator):
     """The members (decoders advanced implicitly, their events only, a memo of cycles) must give
     the request-by-request step's results bit for bit: with the real workloads' prefix pools, under KV pressure (preemption,

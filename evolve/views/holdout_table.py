@@ -14,7 +14,8 @@ from rich.table import Table
 from evaluator.holdout import KINDS, PREFIX, TITLE
 from evolve.views.format import fmt_err
 
-KIND_LABEL = {"workload": "LOWO", "model": "LOMO", "load": "high load"}
+KIND_LABEL = {"workload": "LOWO", "model": "LOMO", "load": "high load", "long": "long decode"}
+OVERLOAD_LABEL = "overload"  # the failed-fraction error of the held-out overloaded stages
 
 
 def _get(rec, key: str):
@@ -35,6 +36,10 @@ def holdout_summary(rec) -> list[dict]:
         out.append({"kind": KIND_LABEL[kind], "title": TITLE[kind], "e2e": o.get(f"{p}_e2e"),
                     "e2e_worst": o.get(f"{p}_e2e_worst"), "ttft": o.get(f"{p}_ttft"), "itl": o.get(f"{p}_itl"),
                     "errors": dict(b.get("errors") or {})})
+    if "overload_fail" in objectives:  # failed fraction, not latency: its error sits in the E2E column
+        out.append({"kind": OVERLOAD_LABEL, "title": "failed fraction of the held-out overloaded stages (points/100)",
+                    "e2e": objectives.get("overload_fail"), "e2e_worst": None, "ttft": None, "itl": None,
+                    "errors": {}})
     return out
 
 
@@ -60,11 +65,15 @@ def holdout_table(named: Mapping[str, object], title: str = "Held-out errors (me
     t.add_column("split")
     for name in named:
         t.add_column(str(name), justify="right")
-    summaries = {n: holdout_summary(r) for n, r in named.items()}
-    for i, kind in enumerate(["in-sample", *(KIND_LABEL[k] for k in KINDS)]):
+    summaries = {n: {row["kind"]: row for row in holdout_summary(r)} for n, r in named.items()}
+    kinds = ["in-sample", *(KIND_LABEL[k] for k in KINDS)]
+    if any(OVERLOAD_LABEL in v for v in summaries.values()):
+        kinds.append(OVERLOAD_LABEL)
+    empty = {"e2e": None, "e2e_worst": None, "ttft": None, "itl": None, "errors": {}}
+    for kind in kinds:
         cells = []
         for n in named:
-            row = summaries[n][i]
+            row = summaries[n].get(kind, empty)
             cell = " / ".join(fmt_err(row[k]) for k in ("e2e", "e2e_worst", "ttft", "itl"))
             if row["errors"]:
                 cell += f"\n(invalid on {', '.join(sorted(row['errors']))})"
