@@ -30,10 +30,12 @@ from __future__ import annotations
 import math
 import os
 import stat
+import typing
 from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
+import pandas as pd
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError,
                       model_validator)
 
@@ -274,7 +276,6 @@ def _phrase(err: dict, msg: str) -> str:
 
 def _model_of(tp):
     """The pydantic model inside an annotation (Optional, Annotated, list), or None."""
-    import typing
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return tp
     for arg in typing.get_args(tp):
@@ -360,7 +361,6 @@ TABLES: dict[str, tuple[Column, ...]] = {
 def check_table(kind: str, df, path) -> None:
     """Every column of `TABLES[kind]` present in `df`: numeric, finite, in range, integer-valued
     where a count; DataError naming the file, the row (as stored) and the column."""
-    import pandas as pd
     for col in TABLES[kind]:
         if col.name not in df.columns:
             continue  # required columns are checked by the reader

@@ -15,7 +15,14 @@ import multiprocessing as mp
 import os
 import stat
 
+from evaluator.data import load
 from evaluator.errors import DataError
+from evaluator.evaluate import Evaluator
+from evaluator.program import parse_program
+from evaluator.records import Evaluation
+from evolve.config import RunConfig
+from evolve.lifeline import die_with_parent
+from evolve.workers import HELDOUT_TIMEOUT_FACTOR
 
 READY_LIMIT_S = 900.0  # reading the data and calibrating before the clock starts
 
@@ -37,18 +44,12 @@ def regular_file_text(path: str) -> str:
 
 
 def default_time_limit(heldout: bool) -> float:
-    from evolve.config import RunConfig
-    from evolve.workers import HELDOUT_TIMEOUT_FACTOR
     return RunConfig().timeout_s * (HELDOUT_TIMEOUT_FACTOR if heldout else 1)
 
 
 def _main(conn, source, data, train_fraction, heldout, breakdown):
-    from evolve.lifeline import die_with_parent
     die_with_parent()
     try:
-        from evaluator.data import load
-        from evaluator.evaluate import Evaluator
-        from evaluator.program import parse_program
         try:
             gt = load(data)
         except DataError as e:
@@ -72,7 +73,6 @@ def _main(conn, source, data, train_fraction, heldout, breakdown):
 def evaluate_in_worker(source: str, data, train_fraction: float, heldout: tuple, breakdown: bool,
                        time_limit_s: float):
     """(Evaluation, breakdown parts or None); DataError for the data, EvaluateError otherwise."""
-    from evaluator.records import Evaluation
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_main, args=(send, source, data, train_fraction, tuple(heldout), breakdown),

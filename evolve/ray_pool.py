@@ -22,6 +22,7 @@ import logging
 import os
 import pickle
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -226,7 +227,6 @@ def check_address(address: str, timeout_s: float = 10.0, deadline_s: float = 10.
 
 def _resolve_auto(deadline_s: float) -> str:
     """host:port of the cluster `--ray-address auto` means, or RayExecutorError within deadline_s."""
-    import threading
     box: dict = {}
 
     def find():
