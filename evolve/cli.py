@@ -278,7 +278,7 @@ def cmd_run(args) -> int:
     except KeyboardInterrupt:
         print("interrupted: the archive keeps every finished candidate; continue with --resume RUN")
         return 130
-    con = Console()
+    con = Console(soft_wrap=not sys.stdout.isatty())  # in a log each summary line stays whole
     con.print(f"run {out['run_id']}: {out['n_evaluated']} evaluations in {out['seconds']:.0f} s "
               f"({out['n_evaluated'] / max(out['seconds'], 1e-9):.2f}/s), frontier {len(out['frontier'])}, "
               f"hypervolume {out['hypervolume']:.3f}, killed {out['killed']}, "
