@@ -296,7 +296,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_pilot(args) -> int:
-    import numpy as np
     from rich.table import Table
 
     from evolve.config import config_from_args
@@ -315,10 +314,10 @@ def cmd_pilot(args) -> int:
         "seconds": [o["seconds"] for o in outs],
     }
     for name, vals in metrics.items():
-        a = np.array(vals, float)
+        a = sorted(x for x in (finite_or_none(v) for v in vals) if x is not None)  # NaN/inf left out
+        mid = (a[(len(a) - 1) // 2] + a[len(a) // 2]) / 2 if a else math.nan
         fmt = _pct if "error" in name or "MAPE" in name else (lambda x: fmt_missing(x, lambda y: f"{y:.3g}"))
-        t.add_row(name, fmt(float(np.nanmedian(a))), fmt(float(np.nanmin(a))), fmt(float(np.nanmax(a))),
-                  *[fmt(v) for v in vals])
+        t.add_row(name, fmt(mid), fmt(a[0] if a else None), fmt(a[-1] if a else None), *[fmt(v) for v in vals])
     _console().print(t)
     return 0
 
