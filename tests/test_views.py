@@ -270,6 +270,38 @@ def test_frontier_cli_json_is_strict(filled, capsys):
     by_id = {r["id"]: r for r in rows}
     assert best in by_id and by_id[best]["step_mape"] is None and by_id[best]["e2e_mean"] > 0
     assert all(not str(r["run"]).startswith("baselines-") for r in rows)
+    # exactly one program is marked as the one to take: the run's best_transfer
+    marked = [r["id"] for r in rows if r["recommended"]]
+    assert marked == [a.best_transfer(None, skip_prefix="baselines-")["id"]]
+
+
+def test_the_recommended_program_is_the_best_worst_regime_and_marked_everywhere(tmp_path, capsys):
+    """Held-out regimes: the program with the lowest WORST regime is handed over, even when
+    another has the lower mean; frontier (table and JSON) and show mark it."""
+    from evolve.archive import Archive
+    from rich.console import Console
+    a = Archive(tmp_path / "r.db")
+    run = a.start_run({}, seed=0)
+    ids = {}
+    for name, k, regimes in (("even", 1, (0.12, 0.12, 0.12, 0.12, 0.12)), ("spiky", 2, (0.01, 0.01, 0.01, 0.4, 0.01))):
+        ev = make_eval(0.01, complexity=5 + k)
+        obj = {**ev.objectives, **dict(zip(("lowo_e2e", "lomo_e2e", "load_e2e", "long_e2e", "overload_fail"), regimes))}
+        ids[name] = a.add_candidate(run, BASE.format(k=k), operator="seed", evaluation=Evaluation(
+            valid=True, rows=ev.rows, objectives=obj, constants=ev.constants, overheads=ev.overheads))
+    assert a.best_transfer(run)["id"] == ids["even"]
+    assert cli_main(["frontier", "--archive", str(a.path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["id"]: r["recommended"] for r in rows} == {ids["even"]: True, ids["spiky"]: False}
+    assert {r["id"]: r["long_e2e"] for r in rows} == {ids["even"]: 0.12, ids["spiky"]: 0.4}
+    assert cli_main(["frontier", "--archive", str(a.path)]) == 0
+    assert f"★ #{ids['even']} is recommended" in capsys.readouterr().out
+    con = Console(record=True, width=400)
+    show_program(a, ids["even"], con)
+    text = con.export_text()
+    assert f"★ recommended for run {run}" in text and "long-decode E2E 12.0%" in text
+    con = Console(record=True, width=200)
+    show_program(a, ids["spiky"], con)
+    assert "recommended" not in con.export_text()
 
 
 def test_report_plots_peak_vs_measured_components(filled, gt, tmp_path):

@@ -9,20 +9,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from evaluator.objectives import BY_NAME, HELDOUT, finite_or_none, ranked
+from evaluator.objectives import BY_NAME, HELDOUT, REGIMES, REGIMES_OPTIONAL, finite_or_none, ranked
 from evolve.pareto import pareto_front
 from evaluator.objectives import FAILURE
 from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, cache_cells, complexity_of, const_names, failure_cells,
                                  fmt_err, fmt_missing, fmt_ms, fmt_num, fmt_pts, fmt_rate, fmt_us, go_cap_status, row_key,
                                  rows_of)
 
-ERROR_KEYS = (*HELDOUT, "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape")  # held-out first
+ERROR_KEYS = (*HELDOUT, *REGIMES_OPTIONAL, "e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape")  # held-out first
 CACHE_COLUMNS = ("hit rate", "always-hit", "evictions", "preemptions")  # headers of format.cache_cells
 
 
 def shown_error_keys(rows) -> list[str]:
     """ERROR_KEYS of a frontier table, without held-out columns no row has (older runs)."""
-    return [k for k in ERROR_KEYS if k not in HELDOUT or any(r.get(k) is not None for r in rows)]
+    return [k for k in ERROR_KEYS if k not in REGIMES or any(r.get(k) is not None for r in rows)]
 
 
 def search_frontier(archive, run: str | None = None) -> list[dict]:
@@ -37,7 +37,10 @@ def search_frontier(archive, run: str | None = None) -> list[dict]:
 
 
 def frontier_table(archive, run: str | None = None) -> list[dict]:
-    """One plain dict per frontier program, sorted by complexity (then e2e_mean)."""
+    """One plain dict per frontier program, sorted by complexity (then e2e_mean); `recommended`
+    marks the program the run hands over (`Archive.best_transfer`: the worst held-out regime
+    lowest among programs whose every constant the data pins down)."""
+    best = archive.best_transfer(run, skip_prefix=BASELINE_PREFIX)
     out = []
     for r in search_frontier(archive, run):
         obj = r.get("objectives") or {}
@@ -47,7 +50,8 @@ def frontier_table(archive, run: str | None = None) -> list[dict]:
         for k in ERROR_KEYS:
             d[k] = obj.get(k)
         d.update(components=list(r.get("components") or []), run=r.get("run_id"), generation=r.get("generation"),
-                 operator=r.get("operator"), llm_model=r.get("llm_model"))
+                 operator=r.get("operator"), llm_model=r.get("llm_model"),
+                 recommended=best is not None and r["id"] == best["id"])
         out.append(d)
 
     def key(d):
@@ -69,14 +73,19 @@ def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto front
     t.add_column("cplx", justify="right")
     keys = shown_error_keys(rows)
     for k in keys:
-        t.add_column(BY_NAME[k].label if k in HELDOUT else k, justify="right")
+        t.add_column(BY_NAME[k].label if k in REGIMES else k, justify="right")
     t.add_column("components")
     t.add_column("run")
     t.add_column("gen", justify="right")
     for r in rows:
-        t.add_row(str(r["id"]), fmt_num(r.get("complexity")), *(fmt_err(r.get(k)) for k in keys),
+        t.add_row(("★ " if r.get("recommended") else "") + str(r["id"]), fmt_num(r.get("complexity")),
+                  *(fmt_err(r.get(k)) for k in keys),
                   ", ".join(r.get("components") or []), str(r.get("run") or ""), fmt_num(r.get("generation")))
     console.print(t)
+    rec = next((r for r in rows if r.get("recommended")), None)
+    if rec is not None:
+        console.print(f"★ #{rec['id']} is recommended: its worst held-out regime is the lowest among programs "
+                      "whose every constant the data pins down")
 
 
 def identifiability_lines(ident: dict) -> list[str]:
@@ -88,6 +97,17 @@ def identifiability_lines(ident: dict) -> list[str]:
     if not bad:
         return ["identifiability: every constant is pinned by the data, for every model"]
     return [f"[yellow]identifiability[/yellow] {k}: {d.get('summary', '')}" for k, d in bad]
+
+
+def constant_units(source: str) -> dict[str, str]:
+    """Each constant's unit (`evaluator.units`); empty for a source that does not parse or
+    whose units cannot add up (its rejection reason says so)."""
+    from evaluator.program import ProgramError, parse_program
+    from evaluator.units import UnitError, check_units
+    try:
+        return check_units(parse_program(source))
+    except (ProgramError, UnitError):
+        return {}
 
 
 def show_program(archive, program_id: int, console, baseline_rows=None) -> dict | None:
@@ -109,6 +129,12 @@ def show_program(archive, program_id: int, console, baseline_rows=None) -> dict 
           if rec.get("complexity") is not None else "complexity unknown")
     console.print(Panel(f"{status}\n{cx}\nGo cap: " + ("fits" if cap is None else f"[red]exceeds ({cap})[/red]"),
                         title=head, expand=False))
+    best = archive.best_transfer(rec["run_id"])
+    if best is not None and best["id"] == rec["id"]:
+        regimes = ", ".join(f"{BY_NAME[k].label} {fmt_err(v)}" for k, v in (rec.get("objectives") or {}).items()
+                            if k in REGIMES)
+        console.print(f"[bold]★ recommended for run {rec['run_id']}[/bold]: the lowest worst held-out regime among "
+                      f"programs whose every constant the data pins down ({regimes})")
     console.print(Syntax(rec["source"], "python", line_numbers=False))
     consts = ev.get("constants") or {}
     if consts:
@@ -120,6 +146,9 @@ def show_program(archive, program_id: int, console, baseline_rows=None) -> dict 
             t.add_column(names[j] if j < len(names) else f"c{j}", justify="right")
         for model, vals in sorted(consts.items()):
             t.add_row(model, *(fmt_missing(v, lambda x: f"{x:.6g}") for v in vals))
+        units = constant_units(rec["source"])
+        if units:  # what each constant is, whatever its value (evaluator.units)
+            t.add_row("[dim]unit[/dim]", *(f"[dim]{units.get(n, '—')}[/dim]" for n in names[:width]))
         console.print(t)
     for line in identifiability_lines(ev.get("identifiability") or {}):
         console.print(line)
