@@ -38,6 +38,11 @@ from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
+import yaml
+
+from evaluator.data import (estimate_kv_blocks, load_default_table, model_short_name, per_token_from_reported,
+                            per_token_time, read_arch)
+from evaluator.model_configs import ModelConfigError, read_arch_file, shipped_config_path, shipped_models
 
 __all__ = [
     "IngestError",
@@ -794,7 +799,6 @@ def _load_json_object(path: Path) -> dict:
     except UnicodeDecodeError as exc:
         raise IngestError(path, None, "<json>", f"not valid UTF-8 ({exc.reason})") from None
     if path.suffix in (".yaml", ".yml"):
-        import yaml
         try:
             obj = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -1279,7 +1283,6 @@ def _stage_summary(req: pd.DataFrame, lo_us: float, hi_us: float) -> dict:
     (the evaluator recomputes the means from requests.parquet; this file is for workload-spec
     mode and for people). Its ITL is written so that evaluator.data.per_token_from_reported
     gives back the per-token time sum(e2e - ttft) / sum(output - 1)."""
-    from evaluator.data import per_token_from_reported, per_token_time
     a = req["arrival_time_us"].to_numpy()
     g = req[(a >= lo_us) & (a < hi_us)]
     ok = g[~g["has_error"]]
@@ -1305,8 +1308,6 @@ def _stage_summary(req: pd.DataFrame, lo_us: float, hi_us: float) -> dict:
 def _resolve_model_config(model_id: str, out: Path, model_config: str | os.PathLike | None
                           ) -> tuple[dict, str, tuple[Path, Path] | None]:
     """(architecture, where it came from, (config to copy, target) or None)."""
-    from evaluator.data import load_default_table, read_arch
-    from evaluator.model_configs import ModelConfigError, read_arch_file, shipped_config_path
     name = model_id.split("/")[-1]
     target = out / "model_configs" / name / "config.json"
     src = None
@@ -1326,13 +1327,11 @@ def _resolve_model_config(model_id: str, out: Path, model_config: str | os.PathL
     for e in load_default_table()["experiments"]:
         if e["model_id"] == model_id:
             return dict(e["arch"]), "the evaluator's embedded table (bundled model)", None
-    from evaluator.model_configs import shipped_models
     raise IngestError(out, None, "model", f"no config.json for model {model_id!r}: pass --model-config PATH "
                       f"(a Hugging Face config.json) or one of the shipped names ({', '.join(shipped_models())})")
 
 
 def _yaml_dump(obj: dict, comments: dict[str, str]) -> str:
-    import yaml
     lines = []
     for k, v in obj.items():
         text = yaml.safe_dump({k: v}, default_flow_style=False, sort_keys=False).rstrip("\n")
@@ -1361,7 +1360,6 @@ def ingest_run(
     """Convert one benchmark run (one or more files of FORMATS) into out_dir's ground-truth
     layout (see docs/ingest.md) and return the lines to show the user: what was read, every
     default that stood in for a setting the files do not record, and what will be scored."""
-    from evaluator.data import estimate_kv_blocks
     if not inputs:
         raise ValueError("no input files")
     if not isinstance(experiment_id, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", experiment_id or ""):
@@ -1453,7 +1451,6 @@ def ingest_run(
     if step_paths:
         if len(step_paths) > 1:
             raise IngestError(step_paths[1], None, "<file>", "step traces of one experiment must be in one file")
-        from evaluator.data import model_short_name
         steps = ingest_step_traces(step_paths[0], experiment_id, model_short_name(model_id), workload,
                                    settings["tensor_parallelism"])
         lines.append(f"  {len(steps)} step rows (step.BATCH_SUMMARY)")

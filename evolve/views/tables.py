@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from evaluator.objectives import BY_NAME, HELDOUT, REGIMES, REGIMES_OPTIONAL, finite_or_none, ranked
+from evaluator.units import UnitError, check_units
 from evolve.pareto import pareto_front
 from evaluator.objectives import FAILURE
 from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, cache_cells, complexity_of, const_names, failure_cells,
@@ -103,7 +104,6 @@ def constant_units(source: str) -> dict[str, str]:
     """Each constant's unit (`evaluator.units`); empty for a source that does not parse or
     whose units cannot add up (its rejection reason says so)."""
     from evaluator.program import ProgramError, parse_program
-    from evaluator.units import UnitError, check_units
     try:
         return check_units(parse_program(source))
     except (ProgramError, UnitError):
