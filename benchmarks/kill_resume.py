@@ -1,16 +1,26 @@
-"""Kill -9 `evolve run` at random moments, then `--resume` it: what is lost, what is left running.
+"""Kill -9 `evolve run` at chosen phases or random moments, `--resume` it, and compare the
+result with an uninterrupted run of the same seed.
 
-    .venv/bin/python benchmarks/kill_resume.py --kills 10 --budget 24 --out /tmp/kr
+    .venv/bin/python benchmarks/kill_resume.py --budget 11 --out /tmp/kr            # the phase matrix
+    .venv/bin/python benchmarks/kill_resume.py --random 10 --budget 24 --out /tmp/kr  # random moments
 
-Per kill: the moment (s after start), the evaluations stored before the kill, whether every
-one of them is still there after the resume, how many worker processes of the killed driver
-were alive 3 s later, and whether the resumed run reached its budget with a counter that
-matches the stored evaluations. Candidates lost = evaluations stored before the kill and
-missing after the resume, plus the whole budget of a run the resume claimed without doing.
+Cases: held-out objectives on and off (`--no-holdout`) x killed while its worker screens a
+candidate, during a full evaluation, and while it waits for the archive's write lock (held by
+another connection with BEGIN IMMEDIATE); with --random, kills at random moments instead. The
+driver writes its phases to STEPEVOLVE_PHASE_FILE (evolve/search.py). Per case:
+
+  resumed   `--resume` exited 0
+  finished  the run is marked finished with n_evaluated == budget == stored evaluations
+  equal     the archive equals the uninterrupted run's (programs, evaluations, frontier, cells)
+  rows lost rows stored before the kill and missing after the resume
+  redone    evaluations the killed run had received and the resumed run computed again
+  in flight jobs handed out and not finished at the kill (one runs per worker; the rest queued)
+  orphans   worker processes of the killed driver alive 3 s later (--random kills the driver only)
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import signal
@@ -20,87 +30,140 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_kill_resume import content, redone  # noqa: E402  (one definition of both)
+
+
+def _cmd(db, args, holdout: bool, *extra) -> list[str]:
+    return [sys.executable, "-m", "evolve.cli", "run", "--budget", str(args.budget), "--workers", "1",
+            "--generation-size", "2", "--archive", str(db), *extra] + ([] if holdout else ["--no-holdout"])
+
+
+def _events(path: Path) -> list[tuple[str, int, int]]:
+    try:
+        return [(w, int(g), int(i)) for w, g, i in (ln.split() for ln in path.read_text().splitlines())]
+    except FileNotFoundError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (ProcessLookupError, OSError):
+        return False
+
 
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     return [int(x) for x in out]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (reaped later) is not running
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
-def _stored(db: Path) -> tuple[str | None, set[int], int]:
-    if not db.exists():
-        return None, set(), 0
-    con = sqlite3.connect(db, timeout=30)
-    try:
-        run = con.execute("select id, n_evaluated from runs where id not like 'baselines-%'").fetchone()
-        ids = {r[0] for r in con.execute("select p.id from programs p join evaluations e on e.program_id = p.id "
-                                         "where p.valid")}
-    except sqlite3.OperationalError:
-        return None, set(), 0
-    finally:
-        con.close()
-    return (run[0], ids, run[1]) if run else (None, ids, 0)
-
-
-def one(k: int, args, rng: random.Random) -> dict:
-    db = Path(args.out) / f"k{k}.db"
-    db.unlink(missing_ok=True)
-    base = [sys.executable, "-m", "evolve.cli", "run", "--no-holdout", "--workers", "1", "--generation-size", "2",
-            "--seed", str(k), "--archive", str(db)]
-    p = subprocess.Popen(base + ["--budget", str(args.budget)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    at = rng.uniform(1.0, args.max_kill_s)
-    time.sleep(at)
+def one(name: str, args, holdout: bool, phase: str | None, at: float | None, seed: int) -> dict:
+    out = Path(args.out)
+    db, phases, phases2 = out / f"{name}.db", out / f"{name}.phases", out / f"{name}.phases2"
+    for f in (db, phases, phases2, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        f.unlink(missing_ok=True)
+    env = {**os.environ, "STEPEVOLVE_PHASE_FILE": str(phases)}
+    p = subprocess.Popen(_cmd(db, args, holdout, "--seed", str(seed)), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    lock = None
+    t0 = time.time()
+    while p.poll() is None:
+        time.sleep(0.05)
+        later = [e for e in _events(phases) if e[1] >= 1]
+        if at is not None and time.time() - t0 >= at:
+            break
+        if phase in ("screen", "full") and any(w == phase for w, _, _ in later):
+            time.sleep(0.2 if phase == "screen" else 1.0)
+            break
+        if phase == "lock" and any(w == "write" for w, _, _ in later):
+            lock = sqlite3.connect(db, timeout=30, isolation_level=None)
+            lock.execute("BEGIN IMMEDIATE")
+            n = len(_events(phases))
+            while len(_events(phases)) == n and p.poll() is None:
+                time.sleep(0.05)
+            time.sleep(1.0)
+            break
     kids = _children(p.pid)
-    os.kill(p.pid, signal.SIGKILL)  # the driver only: its workers must follow by themselves
+    if at is not None:
+        os.kill(p.pid, signal.SIGKILL)  # the driver only: its workers must follow by themselves
+    else:
+        os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     time.sleep(3)
     orphans = sum(_alive(c) for c in kids)
-    for c in kids:  # leave nothing behind whatever the result
+    for c in kids:
         if _alive(c):
             os.kill(c, signal.SIGKILL)
-    run_id, before, n_before = _stored(db)
-    if args.no_resume:
-        return {"k": k, "at": round(at, 1), "stored": len(before), "orphans": orphans, "lost": 0, "resumed": "-"}
-    if run_id is None:  # killed before the run was stored: nothing to resume, nothing lost
-        return {"k": k, "at": at, "stored": 0, "orphans": orphans, "lost": 0, "resumed": "not started"}
-    r = subprocess.run(base[:4] + ["--resume", run_id, "--budget", str(args.budget), "--workers", "1",
-                                   "--archive", str(db)], capture_output=True, text=True, timeout=1800)
-    _, after, n_after = _stored(db)
-    con = sqlite3.connect(db)
-    status = con.execute("select status from runs where id = ?", (run_id,)).fetchone()[0]
+    if lock is not None:
+        lock.execute("ROLLBACK")
+        lock.close()
+    ev = _events(phases)
+    handed = {(w, g, i) for w, g, i in ev if w in ("screen", "full")}
+    done = {(w[len("result-"):], g, i) for w, g, i in ev if w.startswith("result-")}
+    row = {"case": name, "kill_s": round(time.time() - t0 - 3, 1), "orphans": orphans,
+           "in_flight": len(handed - done)}
+    if not db.exists():
+        return {**row, "resumed": "-", "finished": "-", "equal": "-", "rows_lost": 0, "redone": 0}
+    con = sqlite3.connect(db, timeout=30)
+    run = con.execute("select id from runs").fetchone()
     con.close()
-    lost = len(before - after) + (args.budget if (status == "finished" and n_after < args.budget) else 0)
-    return {"k": k, "at": round(at, 1), "stored": len(before), "orphans": orphans, "lost": lost,
-            "resumed": f"rc {r.returncode}, {status}, {n_after} evaluated (counter {n_after == len(after)})"}
+    if run is None:
+        return {**row, "resumed": "-", "finished": "-", "equal": "-", "rows_lost": 0, "redone": 0}
+    before = content(db)
+    r = subprocess.run([sys.executable, "-m", "evolve.cli", "run", "--resume", run[0], "--budget", str(args.budget),
+                        "--workers", "1", "--archive", str(db)], capture_output=True, text=True, timeout=3600,
+                       env={**os.environ, "STEPEVOLVE_PHASE_FILE": str(phases2)})
+    after = content(db)
+    return {**row, "resumed": r.returncode == 0, "finished": after["runs"] == [(args.budget, "finished")],
+            "equal": after == _reference(args, holdout, seed),
+            "rows_lost": len(set(before["programs"]) - set(after["programs"])),
+            "redone": len(redone(ev, _events(phases2)))}
+
+
+_REF: dict = {}
+
+
+def _reference(args, holdout: bool, seed: int) -> dict:
+    if (holdout, seed) not in _REF:
+        db = Path(args.out) / f"ref-{int(holdout)}-{seed}.db"
+        db.unlink(missing_ok=True)
+        subprocess.run(_cmd(db, args, holdout, "--seed", str(seed)), capture_output=True, check=True, timeout=3600)
+        _REF[(holdout, seed)] = content(db)
+    return _REF[(holdout, seed)]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kills", type=int, default=10)
-    ap.add_argument("--budget", type=int, default=24)
+    ap.add_argument("--budget", type=int, default=11)
+    ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--random", type=int, default=0, help="kills at random moments instead of the phase matrix")
     ap.add_argument("--max-kill-s", type=float, default=60.0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-holdout-only", action="store_true")
     ap.add_argument("--out", default="/tmp/kill_resume")
-    ap.add_argument("--no-resume", action="store_true", help="kills only: the orphan-worker figure")
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    rng = random.Random(args.seed)
-    rows = [one(k, args, rng) for k in range(args.kills)]
-    for r in rows:
-        print(r, flush=True)
-    print(f"kills {len(rows)}: candidates lost {sum(r['lost'] for r in rows)} "
-          f"({sum(r['lost'] for r in rows) / len(rows):.2f} per kill), "
-          f"orphan workers 3 s after the kill {sum(r['orphans'] for r in rows)}")
+    modes = [False] if args.no_holdout_only else [True, False]
+    rows = []
+    if args.random:
+        rng = random.Random(args.seed)
+        for k in range(args.random):
+            h = modes[k % len(modes)]
+            rows.append(one(f"random{k}-{'holdout' if h else 'no-holdout'}", args, h, None,
+                            rng.uniform(1.0, args.max_kill_s), args.seed))
+            print(json.dumps(rows[-1]), flush=True)
+    else:
+        for h in modes:
+            for phase in ("screen", "full", "lock"):
+                rows.append(one(f"{phase}-{'holdout' if h else 'no-holdout'}", args, h, phase, None, args.seed))
+                print(json.dumps(rows[-1]), flush=True)
+    ok = [r for r in rows if r["resumed"] is True]
+    print(f"cases {len(rows)}: resumed {len(ok)}, finished {sum(r['finished'] is True for r in rows)}, "
+          f"equal to the uninterrupted run {sum(r['equal'] is True for r in rows)}, rows lost "
+          f"{sum(r['rows_lost'] for r in rows)}, finished evaluations redone {sum(r['redone'] for r in rows)}, "
+          f"jobs in flight at the kill {sum(r['in_flight'] for r in rows)}, orphan workers "
+          f"{sum(r['orphans'] for r in rows)}")
 
 
 if __name__ == "__main__":

@@ -63,13 +63,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # evaluator.program (numba) is imported where a program is parsed (`evolve frontier` never does)
     from evaluator.program import Program
 from evaluator.records import Evaluation
-from evolve.archive_check import ArchiveError, check_archive_file, describe_db_error
+from evolve.archive_check import ArchiveError, check_archive_file, describe_db_error, readonly_connect
 from evolve.pareto import pareto_front
 
 OBJECTIVE_COLUMNS = ORDER  # one float column per objective, for SQL sorting
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 STAGES = ("screen", "full")
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: pending_results (kept results of a killed run)
 # columns added after version 1: (table, column, SQL type), added in place to an older archive
 ADDED_COLUMNS = (("evaluations", "lowo_e2e", "FLOAT"), ("evaluations", "lomo_e2e", "FLOAT"),
                  ("evaluations", "load_e2e", "FLOAT"), ("evaluations", "holdout", "JSON"),
@@ -167,6 +167,19 @@ class LLMCall(Base):
     program_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
+class PendingResult(Base):
+    """A worker's result for a candidate not written yet (it waits on an earlier one, or on its
+    full evaluation): kept so that a killed run's `--resume` loses only the jobs in flight.
+    Deleted when the candidate is written; never shown (not part of what a run produced)."""
+    __tablename__ = "pending_results"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String, index=True)
+    canonical_hash: Mapped[str] = mapped_column(String)
+    kind: Mapped[str] = mapped_column(String)  # "screen" or "full"
+    evaluation: Mapped[Any] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
 class FrontierMember(Base):
     __tablename__ = "frontier"
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
@@ -199,8 +212,12 @@ def _json_dumps(o) -> str:
 def make_engine(path: str | os.PathLike, echo: bool = False, readonly: bool = False):
     """Engine with the WAL + BEGIN IMMEDIATE recipe. Call it in the process that uses it."""
     p = Path(path).expanduser().resolve()
-    engine = create_engine(f"sqlite+pysqlite:///{p}", echo=echo, json_serializer=_json_dumps,
-                           connect_args={"timeout": 30.0, "check_same_thread": False})
+    if readonly:  # SQLite's mode=ro: no write of any kind, no checkpoint when it closes
+        engine = create_engine("sqlite+pysqlite://", echo=echo, json_serializer=_json_dumps,
+                               creator=lambda: readonly_connect(p))
+    else:
+        engine = create_engine(f"sqlite+pysqlite:///{p}", echo=echo, json_serializer=_json_dumps,
+                               connect_args={"timeout": 30.0, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):
@@ -228,6 +245,21 @@ def _absent_columns(conn) -> list[tuple[str, str, str]]:
     have = {(t, r[1]) for t in {t for t, _, _ in ADDED_COLUMNS}
             for r in conn.exec_driver_sql(f"PRAGMA table_info({t})")}
     return [a for a in ADDED_COLUMNS if have and (a[0], a[1]) not in have]
+
+
+def schema_state(path: Path) -> tuple[int, list[str], set[str]]:
+    """(PRAGMA user_version, what the writer's schema upgrade would add: tables and
+    table.column, the tables there are), read through a read-only connection."""
+    con = readonly_connect(path)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        version = int(con.execute("PRAGMA user_version").fetchone()[0] or 0)
+        have = {(t, r[1]) for t in {t for t, _, _ in ADDED_COLUMNS} if t in tables
+                for r in con.execute(f"PRAGMA table_info({t})")}
+    finally:
+        con.close()
+    missing = [f"{t}.{c}" for t, c, _ in ADDED_COLUMNS if t in tables and (t, c) not in have]
+    return version, sorted(set(Base.metadata.tables) - tables) + missing, tables
 
 
 def _as_evaluation(evaluation) -> Evaluation:
@@ -314,13 +346,11 @@ class Archive:
         self._pid = None
         check_archive_file(self.path, must_exist=readonly)  # damaged, foreign or missing: say so
         try:
-            if readonly:
-                if self._missing_columns():  # an archive written before a column was added
-                    try:
-                        self._ensure_schema()
-                    except Exception as e:  # noqa: BLE001 - read-only file or directory
-                        raise ArchiveError(f"{self.path}: archive from an older version that cannot be upgraded "
-                                           f"here ({type(e).__name__}: {e})") from None
+            if readonly:  # a viewer reads the schema as it is, never upgrades it
+                why = self._unreadable()
+                if why:
+                    self.close()
+                    raise ArchiveError(why)
             else:
                 self._ensure_schema()
         except (SQLAlchemyError, sqlite3.Error, OSError) as e:
@@ -333,7 +363,8 @@ class Archive:
         if self._engine is None or self._pid != os.getpid():
             if self._engine is not None:
                 self._engine.dispose(close=False)  # inherited across fork: drop, never close parent's
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.readonly:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             self._engine = make_engine(self.path, self.echo, readonly=self.readonly)
             self._reader = self._engine.execution_options(sqlite_begin="DEFERRED")
             self._pid = os.getpid()
@@ -351,6 +382,21 @@ class Archive:
         self.engine  # noqa: B018 - builds the reader: a deferred transaction, never waiting on a writer
         with self._reader.connect() as conn:
             return _absent_columns(conn)
+
+    def _unreadable(self) -> str | None:
+        """Why a viewer cannot read this archive as it is (None: it can)."""
+        self.engine  # noqa: B018
+        with self._reader.connect() as conn:
+            tables = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                return f"{self.path}: empty database, not an archive yet (nothing to show)"
+            missing = _absent_columns(conn)
+            version = conn.exec_driver_sql("PRAGMA user_version").scalar()
+        if missing:
+            cols = ", ".join(f"{t}.{c}" for t, c, _ in missing)
+            return (f"{self.path}: archive written by an older version (schema {version}, lacks {cols}); "
+                    f"run `evolve migrate --archive {self.path}` to upgrade it (a backup is kept)")
+        return None
 
     def _ensure_schema(self) -> None:
         with self.engine.begin() as conn:  # BEGIN IMMEDIATE: concurrent creators serialise
@@ -377,6 +423,46 @@ class Archive:
         self.path, self.echo = state["path"], state["echo"]
         self.readonly = state.get("readonly", False)
         self._engine = self._reader = self._pid = None
+
+    @staticmethod
+    def migrate(path: str | os.PathLike) -> dict:
+        """Upgrade an archive written by an older version, after a backup made with SQLite's
+        backup API (a consistent copy even while a run writes) to PATH.bak-<UTC timestamp>.
+        Returns {"path", "from", "to", "added", "backup"}; nothing is written (and no backup
+        made) when the archive is current."""
+        p = Path(path).expanduser().resolve()
+        check_archive_file(p, must_exist=True)
+        try:
+            version, added, names = schema_state(p)
+        except sqlite3.Error as e:
+            raise ArchiveError(describe_db_error(p, e)) from None
+        if not names:
+            raise ArchiveError(f"{p}: empty database, not an archive (nothing to migrate)")
+        out = {"path": str(p), "from": version, "to": SCHEMA_VERSION, "added": added, "backup": None}
+        if not added and version >= SCHEMA_VERSION:
+            return out
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        bak = p.with_name(f"{p.name}.bak-{stamp}")
+        n = 1
+        while bak.exists():
+            n += 1
+            bak = p.with_name(f"{p.name}.bak-{stamp}-{n}")
+        try:
+            src = sqlite3.connect(p, timeout=30.0)
+            try:
+                dst = sqlite3.connect(bak)
+                try:
+                    src.backup(dst)
+                finally:
+                    dst.close()
+            finally:
+                src.close()
+        except (sqlite3.Error, OSError) as e:
+            bak.unlink(missing_ok=True)
+            raise ArchiveError(f"{p}: backup to {bak} failed, nothing changed ({describe_db_error(p, e)})") from None
+        out["backup"] = str(bak)
+        Archive(p).close()  # the writer's schema upgrade
+        return out
 
     def journal_mode(self) -> str:
         with self.engine.connect() as c:
@@ -554,6 +640,45 @@ class Archive:
             q = q.where(EvaluationRow.stage == stage)
         with self._read() as s, s.begin():
             return [(pid, dict(obj or {})) for pid, obj in s.execute(q)]
+
+    def resume_rows(self, run_id: str) -> list[dict]:
+        """Every accepted program of the run, in evaluation order (those without an evaluation
+        last): id, generation, canonical_hash, source, stage, objectives ({} without an
+        evaluation) and evaluated (whether it counts in n_evaluated) — what `--resume` rebuilds
+        the search from."""
+        q = (select(ProgramRow.id, ProgramRow.generation, ProgramRow.canonical_hash, ProgramRow.source,
+                    EvaluationRow.id, EvaluationRow.stage, EvaluationRow.objectives)
+             .outerjoin(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
+             .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True)))
+        with self._read() as s, s.begin():
+            rows = s.execute(q).all()
+        rows.sort(key=lambda r: (r[4] is None, r[4] or 0, r[0]))
+        return [{"id": pid, "generation": int(gen or 0), "canonical_hash": h, "source": src, "stage": stage,
+                 "objectives": dict(obj or {}), "evaluated": eid is not None}
+                for pid, gen, h, src, eid, stage, obj in rows]
+
+    # ------------------------------------------------------------ pending results (resume)
+    def put_pending(self, run_id: str, canonical_hash: str, kind: str, evaluation) -> None:
+        """Keep a finished job's evaluation of a candidate not written yet."""
+        d = _as_evaluation(evaluation).to_json()
+        with self._write() as s, s.begin():
+            s.add(PendingResult(run_id=run_id, canonical_hash=canonical_hash, kind=kind, evaluation=d,
+                                created_at=time.time()))
+
+    def pending(self, run_id: str) -> dict[tuple[str, str], Evaluation]:
+        """{(canonical_hash, kind): Evaluation} kept for the run (the latest of each)."""
+        q = (select(PendingResult.canonical_hash, PendingResult.kind, PendingResult.evaluation)
+             .where(PendingResult.run_id == run_id).order_by(PendingResult.id))
+        with self._read() as s, s.begin():
+            return {(h, k): Evaluation.from_json(ev) for h, k, ev in s.execute(q)}
+
+    def clear_pending(self, run_id: str, hashes: Iterable[str] | None = None) -> None:
+        """Forget the kept results of the run (of these candidates only, if given)."""
+        q = delete(PendingResult).where(PendingResult.run_id == run_id)
+        if hashes is not None:
+            q = q.where(PendingResult.canonical_hash.in_(list(hashes)))
+        with self._write() as s, s.begin():
+            s.execute(q)
 
     def evaluations(self, run_id: str | None = None, stage: str | None = "full",
                     valid_only: bool = False) -> list[dict]:

@@ -7,6 +7,7 @@ checked with Python's sqlite3 in read-only mode so the check itself never change
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -16,6 +17,23 @@ OUR_TABLES = {"runs", "programs", "evaluations"}
 
 class ArchiveError(RuntimeError):
     pass
+
+
+def readonly_connect(path: Path, timeout: float = 30.0) -> sqlite3.Connection:
+    """A connection that cannot change the file: SQLite's `mode=ro` URI (no checkpoint on close,
+    no journal mode change, no schema change). In a directory this process cannot write, a
+    WAL archive whose -shm file is absent cannot be opened that way, and nobody can change it
+    there either: it is then opened `immutable=1`."""
+    uri = f"{path.as_uri()}?mode=ro"
+    con = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
+    try:
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return con
+    except sqlite3.OperationalError as e:
+        con.close()
+        if os.access(path.parent, os.W_OK) or "unable to open" not in str(e).lower():
+            raise
+    return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=timeout, check_same_thread=False)
 
 
 def check_archive_file(path: Path, must_exist: bool) -> None:
@@ -40,7 +58,7 @@ def check_archive_file(path: Path, must_exist: bool) -> None:
     if not head.startswith(SQLITE_MAGIC):
         raise ArchiveError(f"{path}: not an archive (not an SQLite database file)")
     try:
-        con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=30.0)
+        con = readonly_connect(path)
         try:
             ok = [r[0] for r in con.execute("PRAGMA quick_check(5)")]
             names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}

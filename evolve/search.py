@@ -11,11 +11,19 @@ cell get the full fit (refinement on their own simulation, from the screen's con
 Every candidate is written to the archive in one transaction with its evaluation as soon as
 it and every earlier candidate of its generation are settled, so a killed run loses only the
 candidates in flight (and any finished one waiting on them); `--resume` continues the run.
+
+Resuming is exact for the offline operator: the random generator is reseeded from (seed,
+generation) at the start of every generation, so `resume` rebuilds the state every earlier
+generation left (members with a full evaluation only: a screened candidate is not ranked), and
+the last generation that stored anything is proposed again; its candidates already in the
+archive are taken as they are (not evaluated again), the others are evaluated, and the run ends
+as an uninterrupted one would have.
 """
 from __future__ import annotations
 
 import functools
 import math
+import os
 import random
 import sys
 import time
@@ -99,7 +107,9 @@ class SearchState:
         improved = cur is None or _scalar(m) < _scalar(cur)
         if improved:
             self.cells[key] = m
-        self.frontier = pareto_front(self.frontier + [m], key=lambda x: x.vector)
+        # ranked as objective dicts: members share one vector order (`vector_order`) whatever
+        # objectives each carries
+        self.frontier = pareto_front(self.frontier + [m], key=lambda x: x.objectives)
         return any(x is m for x in self.frontier), improved
 
     def would_enter(self, objectives: dict, program: Program) -> bool:
@@ -156,6 +166,13 @@ class Search:
         self._pool_cache: tuple[list[Member], list[Member]] = ([], [])
         self._grids: dict | None = None  # extrapolation grids per model, for the LLM's floor text
         self._batches = 0  # batches evaluated by this process (tags their jobs)
+        # resume: the generation proposed again and its candidates already stored, by hash
+        self._redo_gen: int | None = None
+        self._redo: dict[str, dict] = {}
+        self._redo_count = 0  # of them, evaluations counted in runs.n_evaluated
+        # results a killed run had received for candidates it had not written yet, by (hash, kind)
+        self._pending: dict[tuple[str, str], Evaluation] = {}
+        self._phase_file = os.environ.get("STEPEVOLVE_PHASE_FILE")  # tests: where the driver is
 
     # -------------------------------------------------------------- entry points
     @functools.cached_property
@@ -178,30 +195,47 @@ class Search:
             raise ValueError(f"no run {run_id!r} in the archive")
         self.run_id = run_id
         self._bind_spend()
-        self.seen.update(self.archive.hashes(run_id))
-        for pid, obj in self.archive.evaluated(run_id):
-            rec = self.archive.program(pid)
-            try:
-                prog = parse_program(rec["source"])
-            except ProgramError:
-                continue
-            self.state.add(Member(pid, prog, obj, rec["generation"]))
-        done = self.archive.get_run(run_id)["n_evaluated"]
+        rows = self.archive.resume_rows(run_id)
+        last = max((r["generation"] for r in rows), default=0)
+        # every generation before the last is rebuilt as it was; a screened candidate is no
+        # member (it has no held-out errors to rank with), as in the run that stored it
+        for r in rows:
+            if r["generation"] < last:
+                if r["canonical_hash"]:
+                    self.seen.add(r["canonical_hash"])
+                if r["stage"] == "full" and r["objectives"]:
+                    try:
+                        prog = parse_program(r["source"])
+                    except ProgramError:
+                        continue
+                    self.state.add(Member(r["id"], prog, r["objectives"], r["generation"]))
+            elif r["canonical_hash"]:
+                self._redo[r["canonical_hash"]] = r
+        self._pending = self.archive.pending(run_id)
+        self._redo_gen = last
+        self._redo_count = sum(1 for r in self._redo.values() if r["evaluated"])
         self.archive.set_run_status(run_id, "running")
-        seeds = [parse_program(s) for _, s in sorted(seed_sources().items())]
-        missing = [p for p in seeds if p.hash not in self.seen]
-        stored = self.archive.programs(run_id, include_rejected=True)
-        if missing and not any(p["generation"] > 0 for p in stored):  # killed while the seeds were evaluated
+        if last == 0:  # killed while the seeds were evaluated (or right after): evaluate the others
             self.generation = 0
-            self._evaluate_batch([Candidate(p, (), "seed") for p in missing], screen=False)
-            if not done:  # nothing was stored: exactly the run `start` would have made
-                self.rng.seed(self.cfg.seed)
-                return run_id
-            done = self.archive.get_run(run_id)["n_evaluated"]
-        self.generation = 1 + max((m.generation for m in self.state.members), default=0)
-        # deterministic continuation: reseed from (seed, evaluations so far)
-        self.rng.seed(self.cfg.seed * 1_000_003 + done)
+            seeds = [parse_program(s) for _, s in sorted(seed_sources().items())]
+            self._evaluate_batch([Candidate(p, (), "seed") for p in seeds], screen=False)
+            self._redo_gen = None
+        else:
+            self.generation = last - 1  # the loop proposes generation `last` again
         return run_id
+
+    def _reseed(self) -> None:
+        """The generator of a generation depends on (seed, generation) only: a resumed run
+        proposes what the uninterrupted one did."""
+        self.rng.seed(self.cfg.seed * 1_000_003 + self.generation)
+
+    def _phase(self, what: str, index: int = -1) -> None:
+        """'EVENT GENERATION CANDIDATE' lines in STEPEVOLVE_PHASE_FILE, for tests and
+        benchmarks/kill_resume.py to kill a run at a chosen phase and count the work it lost:
+        screen/full (jobs handed to the workers), result-screen/result-full, write."""
+        if self._phase_file:
+            with open(self._phase_file, "a") as f:
+                f.write(f"{what} {self.generation} {index}\n")
 
     def _bind_spend(self) -> None:
         """Calls are stored under this run and the spend starts from what it already holds."""
@@ -244,10 +278,16 @@ class Search:
         try:
             empty = 0
             pending = None  # LLM calls of the next generation, running while this one evaluates
-            while self.archive.get_run(self.run_id)["n_evaluated"] < self.cfg.budget:
-                left = self.cfg.budget - self.archive.get_run(self.run_id)["n_evaluated"]
+            while self._redo_gen is not None or self.archive.get_run(self.run_id)["n_evaluated"] < self.cfg.budget:
+                done = self.archive.get_run(self.run_id)["n_evaluated"]
                 self.generation += 1
-                n = min(self.cfg.generation_size, left)
+                self._reseed()
+                redo = self.generation == self._redo_gen
+                if redo:  # what the run had evaluated when it proposed this generation
+                    done -= self._redo_count
+                n = min(self.cfg.generation_size, self.cfg.budget - done)
+                if redo:  # its stored candidates are proposed again, whatever the budget now
+                    n = max(n, len(self._redo))
                 batch = []
                 if self.llm is not None and (pending is not None or not self._llm_capped()):
                     if pending is None:
@@ -259,17 +299,19 @@ class Search:
                                                                                 self.generation + 1)
                 batch = batch[:n] + self._propose_offline(n - min(n, len(batch)))
                 empty = 0 if batch else empty + 1
-                if empty >= MAX_EMPTY_GENERATIONS:
+                if empty >= MAX_EMPTY_GENERATIONS and not redo:
                     break  # the operators find nothing new any more: stop rather than spin
-                if not batch:
-                    continue
-                self._evaluate_batch(batch, screen=self.cfg.cascade)
+                if batch or redo:
+                    self._evaluate_batch(batch, screen=self.cfg.cascade)
+                self._redo_gen = None
             # a run that evaluated nothing is not claimed as finished
             status = "finished" if self.archive.get_run(self.run_id)["n_evaluated"] else "failed"
         except KeyboardInterrupt:
             status = "interrupted"
             raise
         finally:
+            if locals().get("status") == "finished":
+                self.archive.clear_pending(self.run_id)  # nothing a later generation could take
             self.archive.finish_run(self.run_id, status if "status" in locals() else "interrupted")
             self.close()
         return {"run_id": self.run_id, "seconds": time.perf_counter() - t0,
@@ -288,7 +330,7 @@ class Search:
             elites = sorted(self.state.cells.values(), key=lambda m: m.id)
             pop = {m.id: m for m in elites + self.state.frontier}
             pop = sorted(pop.values(), key=lambda m: m.id) or sorted(self.state.members, key=lambda m: m.id)
-            pool = select_nsga2(pop, min(len(pop), PARENT_POOL), key=lambda m: m.vector)
+            pool = select_nsga2(pop, min(len(pop), PARENT_POOL), key=lambda m: m.objectives)
             self._pool_cache = (sorted(pool, key=lambda m: m.id), elites or pool)
             self._pool_key = key
         return self._pool_cache
@@ -399,8 +441,18 @@ class Search:
     def _evaluate_batch(self, batch: list[Candidate], screen: bool) -> None:
         todo: list[tuple[int, Candidate]] = []
         seen: dict[str, int] = {}
+        # a generation proposed again on resume: its candidates already stored are settled as
+        # they were (never evaluated twice); they are the first ones proposed, in their order
+        redo = self._redo if self.generation == self._redo_gen else {}
+        stored: dict[int, dict] = {}
         for i, c in enumerate(batch):
             prog = c.program
+            if prog.hash in redo and prog.hash not in seen:
+                stored[i] = redo.pop(prog.hash)
+                seen[prog.hash] = i
+                todo.append((i, c))
+                self.seen.add(prog.hash)
+                continue
             dup = self.archive.find_by_hash(self.run_id, prog.hash)
             if dup is None and prog.hash in seen:
                 dup = f"candidate {seen[prog.hash]} of this generation"
@@ -412,7 +464,11 @@ class Search:
                 continue
             todo.append((i, c))
             self.seen.add(prog.hash)
-        if not todo:
+        # stored candidates of the generation no proposal matched (an LLM reply that differs):
+        # members all the same, after the others
+        leftovers = sorted(redo.values(), key=lambda r: r["id"])
+        redo.clear()
+        if not todo and not leftovers:
             return
         # Stream: candidates are written in proposal order as soon as they and every earlier
         # one are settled, so a killed run loses only those in flight (or waiting on one).
@@ -421,25 +477,47 @@ class Search:
         # the full evaluation of later candidates that would earn it on the current state
         # (speculation): an evaluation does not depend on when or where it runs, so only what
         # the in-order decision asks for is written, and the archive stays the same.
-        pool = self._pool()
+        fresh = [(i, c) for i, c in todo if i not in stored]
+        pool = self._pool() if fresh else None
         self._batches += 1
         b = self._batches
         first_kind = "screen" if screen else "full"
-        for i, c in todo:
-            pool.submit(Job(i, c.program.source, first_kind, batch=b))
         first: dict[int, Evaluation] = {}
         full: dict[int, Evaluation] = {}
+        consumed = False
+        for i, c in fresh:  # a result the killed run had received is not asked for again
+            if (c.program.hash, first_kind) in self._pending:
+                first[i] = self._pending.pop((c.program.hash, first_kind))
+                consumed = True
+            if screen and (c.program.hash, "full") in self._pending:
+                full[i] = self._pending.pop((c.program.hash, "full"))
+                consumed = True
+        for i, c in fresh:
+            if i not in first:
+                pool.submit(Job(i, c.program.source, first_kind, batch=b))
+                self._phase(first_kind, i)
+        kept = False  # whether results were kept in the archive's pending table
+        hashes = dict(todo)
         gate: dict[int, bool] = {}  # the in-order decision per candidate
         asked: set[int] = set()  # full evaluations submitted (needed or speculative)
         looked: dict[int, int] = {}  # state size when a speculation was last declined
         k = 0
         while k < len(todo):
-            for job, ev in pool.poll():
+            got = []
+            for job, ev in (pool.poll() if pool is not None else ()):
                 if job.batch != b:  # a speculative full job of an earlier batch nobody needed
                     continue
                 (full if screen and job.kind == "full" else first)[job.index] = ev
+                got.append((job, ev))
+                self._phase(f"result-{job.kind}", job.index)
             while k < len(todo):
                 i, c = todo[k]
+                if i in stored:
+                    r = stored[i]
+                    if r["stage"] == "full" and r["objectives"]:
+                        self.state.add(Member(r["id"], c.program, r["objectives"], self.generation))
+                    k += 1
+                    continue
                 if i not in first:
                     break
                 if i not in gate:
@@ -449,24 +527,49 @@ class Search:
                         if i not in asked:
                             pool.submit(self._full_job(i, c, first[i], b), first=True)
                             asked.add(i)
+                            self._phase("full", i)
                         break
                     self._write(c, full[i], "full")
                 else:
                     self._write(c, first[i], first_kind)
+                self._phase("write", i)
                 k += 1
+            # a result whose candidate waits (on an earlier one, or on its full evaluation) is
+            # kept, so that a kill loses only the jobs in flight
+            written = {i for i, _ in todo[:k]}
+            for job, ev in got:
+                if job.index not in written:
+                    self.archive.put_pending(self.run_id, hashes[job.index].program.hash, job.kind, ev)
+                    kept = True
             if screen:
                 for i, c in todo[k + 1:]:
                     if pool.spare() <= 0:
                         break
-                    if i in asked or i not in first or not first[i].valid or \
+                    if i in asked or i in full or i not in first or not first[i].valid or \
                             looked.get(i) == len(self.state.members):
                         continue
                     looked[i] = len(self.state.members)
                     if self.state.would_enter(first[i].objectives, c.program):
                         pool.submit(self._full_job(i, c, first[i], b))
                         asked.add(i)
-            time.sleep(0.002)
-        pool.discard(b)  # speculative jobs of this batch not started yet
+            if k < len(todo):
+                time.sleep(0.002)
+        if pool is not None:
+            pool.discard(b)  # speculative jobs of this batch not started yet
+        # this batch is written: its kept results are done with (those a killed run kept for a
+        # later generation stay until it is proposed again)
+        mine = {c.program.hash for _, c in todo}
+        if kept or consumed or any(h in mine for h, _ in self._pending):
+            self.archive.clear_pending(self.run_id, sorted(mine))
+            self._pending = {k: v for k, v in self._pending.items() if k[0] not in mine}
+        for r in leftovers:
+            if r["canonical_hash"]:
+                self.seen.add(r["canonical_hash"])
+            if r["stage"] == "full" and r["objectives"]:
+                try:
+                    self.state.add(Member(r["id"], parse_program(r["source"]), r["objectives"], self.generation))
+                except ProgramError:
+                    pass
         self.archive.set_frontier(self.run_id, [m.id for m in self.state.frontier])
         self.archive.set_cells(self.run_id, {k: m.id for k, m in sorted(self.state.cells.items())})
         best = min((m for m in self.state.frontier), key=lambda m: m.objectives["e2e_mean"], default=None)

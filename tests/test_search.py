@@ -170,7 +170,7 @@ def test_full_evaluation_starts_from_the_screen_fit(evaluator):
 def test_heldout_run_ranks_on_heldout_errors(tmp_path):
     """By default full evaluations carry the held-out splits, stored in the archive, and the
     frontier is the Pareto front of held-out E2E errors and complexity."""
-    from evaluator.objectives import HELDOUT, HELDOUT_ORDER, objective_vector
+    from evaluator.objectives import HELDOUT, objective_vector, vector_order
     from evolve.pareto import pareto_front
     from evaluator.data import load
     from evaluator.evaluate import Evaluator
@@ -193,7 +193,8 @@ def test_heldout_run_ranks_on_heldout_errors(tmp_path):
         whole = ev.evaluate(parse_program(rec["source"]), start=rec["evaluation"]["constants"], heldout=True)
         assert json.dumps(whole.objectives, sort_keys=True) == json.dumps(rec["objectives"], sort_keys=True)
         assert whole.to_json()["holdout"] == rec["evaluation"]["holdout"]
-    vecs = {r["id"]: objective_vector(r["objectives"], HELDOUT_ORDER) for r in full}
+    order = vector_order([r["objectives"] for r in full])  # held-out errors, complexity (+ failures)
+    vecs = {r["id"]: objective_vector(r["objectives"], order) for r in full}
     want = {pid for pid, _ in pareto_front(list(vecs.items()), key=lambda it: it[1])}
     assert set(out["frontier"]) == want
     assert set(arch.frontier_ids(run)) == want
