@@ -58,7 +58,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from evaluator.objectives import ORDER, finite_or_none, selection_loss, sortable_or_none
+from evaluator.objectives import ORDER, REGIMES_OPTIONAL, finite_or_none, selection_loss, sortable_or_none
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # evaluator.program (numba) is imported where a program is parsed (`evolve frontier` never does)
     from evaluator.program import Program
@@ -66,7 +66,9 @@ from evaluator.records import Evaluation
 from evolve.archive_check import ArchiveError, check_archive_file, describe_db_error, readonly_connect
 from evolve.pareto import pareto_front
 
-OBJECTIVE_COLUMNS = ORDER  # one float column per objective, for SQL sorting
+# one float column per objective, for SQL sorting; the optional held-out regimes (long decode,
+# overload) live in the objectives JSON only, like the failure error: data without them has none
+OBJECTIVE_COLUMNS = tuple(k for k in ORDER if k not in REGIMES_OPTIONAL)
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 STAGES = ("screen", "full")
 SCHEMA_VERSION = 4  # 4: pending_results (kept results of a killed run)

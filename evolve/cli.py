@@ -252,6 +252,8 @@ def cmd_run(args) -> int:
 
     from evolve.config import config_from_args
     from evolve.ray_pool import RayExecutorError, check_address
+    if args.resume and not Path(args.archive).exists():  # a typo must not leave an empty archive behind
+        sys.exit(f"error: no run {args.resume!r}: no archive at {args.archive}")
     archive = _write_archive(args.archive)
     stored = None
     if args.resume:
@@ -342,7 +344,26 @@ def _read_archive(path):
         sys.exit(f"error: {e}")
 
 
+def _known_run_or_exit(archive, run_id: str | None, path) -> None:
+    """--run of a viewer names a run of the archive (else one line and exit 1, not an empty view)."""
+    if run_id is not None and archive.get_run(run_id) is None:
+        sys.exit(f"error: no run {run_id!r} in {path}")
+
+
+def cmd_migrate(args) -> int:
+    """Upgrade an archive written by an older version (viewers never do), after a backup."""
+    from evolve.archive import Archive
+    out = Archive.migrate(args.archive)
+    if out["backup"] is None:
+        print(f"{out['path']}: schema {out['from']} is current, nothing to do")
+    else:
+        print(f"{out['path']}: schema {out['from']} -> {out['to']}"
+              f" (added {', '.join(out['added']) or 'nothing'}); backup {out['backup']}")
+    return 0
+
+
 def cmd_ui(args) -> int:
+    _read_archive(args.archive).close()  # missing, damaged or older archive: one line, no server
     from evolve.views.server import serve
     try:
         serve(args.archive, host=args.host, port=args.port, open_browser=False)
@@ -353,7 +374,9 @@ def cmd_ui(args) -> int:
 
 def cmd_frontier(args) -> int:
     from evolve.views.tables import frontier_table, render_frontier
-    rows = frontier_table(_read_archive(args.archive), args.run)
+    archive = _read_archive(args.archive)
+    _known_run_or_exit(archive, args.run, args.archive)
+    rows = frontier_table(archive, args.run)
     rows = [r for r in rows if not str(r.get("run", "")).startswith(BASELINE_PREFIX)]
     if args.json:
         print(json.dumps(clean_json(rows), indent=1, allow_nan=False))
@@ -424,6 +447,11 @@ def cmd_report(args) -> int:
     from evolve.views.components_view import components_data
     from evolve.views.report import report_html
     archive = _read_archive(args.archive)
+    _known_run_or_exit(archive, args.run, args.archive)
+    if Path(args.output).is_dir():
+        sys.exit(f"error: {args.output}: is a directory (-o names the report file)")
+    if args.program is not None and archive.program(args.program) is None:
+        sys.exit(f"error: no program {args.program} in {args.archive}")
     data = args.data if args.data is not None else _run_data(archive, args.run)
     try:
         comps = components_data(load(data))
@@ -624,6 +652,11 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--port", type=PORT, default=8765)
     u.set_defaults(func=cmd_ui)
 
+    mg = sub.add_parser("migrate", help="upgrade an archive written by an older version (backup first: "
+                                        "PATH.bak-<timestamp>); the viewers never change an archive")
+    mg.add_argument("--archive", default="archive.db", metavar="PATH")
+    mg.set_defaults(func=cmd_migrate)
+
     b = sub.add_parser("baselines", help="fit and score the three baselines")
     data_opts(b)
     b.add_argument("--json", action="store_true")
@@ -702,6 +735,8 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except (ArchiveError, DataError) as e:
+        sys.exit(f"error: {e}")
+    except OSError as e:  # a file the command reads or writes: a directory given as -o, no permission...
         sys.exit(f"error: {e}")
     except _db_errors() as e:  # the archive failed under us (locked, read-only, damaged)
         sys.exit(f"error: {describe_db_error(Path(getattr(args, 'archive', '') or '.'), e)}")

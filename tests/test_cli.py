@@ -147,3 +147,64 @@ def test_show_says_where_measured_components_came_from(tmp_path):
     assert "llama-2-7b: decode attention: layout 32 query / 32 KV heads" in out and "scaled x4" in out
     assert "llama-2-70b: all kernel layouts measured" in out
     assert "measured components" not in evolve("show", str(plain), "--archive", str(tmp_path / "a.db")).stdout
+
+
+@pytest.fixture(scope="module")
+def small_archive(tmp_path_factory):
+    """One run of two programs with their (hand-made) evaluations."""
+    from evolve.archive import Archive
+    from tests.test_views import BASE, ROOF, make_eval
+    db = tmp_path_factory.mktemp("cli") / "a.db"
+    a = Archive(db)
+    run = a.start_run({"data": None}, seed=0, budget=2)
+    pids = [a.add_candidate(run, BASE.format(k=0), operator="seed", evaluation=make_eval(0.4)),
+            a.add_candidate(run, ROOF, operator="seed", evaluation=make_eval(0.3))]
+    a.close()
+    return db, run, pids
+
+
+def _one_line_error(p, *needles):
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode != 0 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["show", "999999"], "999999"),
+    (["emit-go", "999999", "-o", "{tmp}/x.go"], "999999"),
+    (["run", "--resume", "no-such-run"], "no-such-run"),
+    (["frontier", "--run", "no-such-run"], "no-such-run"),
+    (["frontier", "--run", "no-such-run", "--json"], "no-such-run"),
+    (["report", "--program", "999999", "-o", "{tmp}/r.html"], "999999"),
+    (["report", "--run", "no-such-run", "-o", "{tmp}/r.html"], "no-such-run"),
+    (["report", "-o", "{tmp}"], "is a directory"),
+])
+def test_unknown_ids_and_bad_outputs_are_one_line_errors(small_archive, tmp_path, args, needle):
+    db, _, _ = small_archive
+    p = evolve(*[a.format(tmp=tmp_path) for a in args], "--archive", str(db), check=False)
+    _one_line_error(p, needle)
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "x.go").exists()
+
+
+def test_resume_of_an_unknown_run_creates_no_archive(tmp_path):
+    p = evolve("run", "--resume", "no-such-run", "--archive", str(tmp_path / "none.db"), check=False)
+    _one_line_error(p, "no-such-run")
+    assert not (tmp_path / "none.db").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "--replay", "r1"], ["run", "--llm-base", "http://x"], ["run", "--max-llm-cost", "1"],
+    ["run", "--budget", "0"], ["run", "--ray-address", "127.0.0.1:1"], ["pilot", "--runs", "0"],
+    ["pilot", "--archive", "{tmp}"], ["run", "--archive", "{tmp}", "--budget", "1"],
+    ["emit-go", "1"], ["emit-go", "1", "--blis-patch", "{tmp}/p.patch", "--package", "other"],
+    ["report", "--program", "-1"], ["show", "abc"],
+])
+def test_bad_flag_combinations_are_one_line_errors(small_archive, tmp_path, args):
+    db, _, _ = small_archive
+    args = [a.format(tmp=tmp_path) for a in args]
+    if "--archive" not in args:
+        args += ["--archive", str(db)]
+    p = evolve(*args, check=False)
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.startswith("error") or "error:" in ln]
+    assert p.returncode != 0 and "Traceback" not in p.stderr and lines, p.stderr[-2000:]
