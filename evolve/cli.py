@@ -301,10 +301,21 @@ def cmd_pilot(args) -> int:
     from rich.table import Table
 
     from evolve.config import config_from_args
+    from evolve.ray_pool import RayExecutorError, check_address
+    if args.ray_address and args.executor != "ray":  # as `run` says: never silently ignored
+        sys.exit("error: --ray-address needs --executor ray")
+    if args.executor == "ray" and args.ray_address:
+        try:
+            check_address(args.ray_address)  # before any run is stored
+        except RayExecutorError as e:
+            sys.exit(f"error: {e}")
     archive = _write_archive(args.archive)
     outs = []
     for k in range(args.runs):
-        outs.append(_run_one(config_from_args(args, seed=args.seed + k), archive))
+        try:
+            outs.append(_run_one(config_from_args(args, seed=args.seed + k), archive))
+        except RayExecutorError as e:
+            sys.exit(f"error: {e}")
     t = Table(title=f"pilot: {args.runs} runs x budget {args.budget}, seeds {args.seed}..{args.seed + args.runs - 1}")
     for c in ("metric", "median", "min", "max", *[o["run_id"] for o in outs]):
         t.add_column(c, justify="right")

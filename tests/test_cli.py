@@ -199,6 +199,7 @@ def test_resume_of_an_unknown_run_creates_no_archive(tmp_path):
     ["pilot", "--archive", "{tmp}"], ["run", "--archive", "{tmp}", "--budget", "1"],
     ["emit-go", "1"], ["emit-go", "1", "--blis-patch", "{tmp}/p.patch", "--package", "other"],
     ["report", "--program", "-1"], ["show", "abc"],
+    ["pilot", "--ray-address", "127.0.0.1:1"], ["pilot", "--executor", "ray", "--ray-address", "127.0.0.1:1"],
 ])
 def test_bad_flag_combinations_are_one_line_errors(small_archive, tmp_path, args):
     db, _, _ = small_archive
