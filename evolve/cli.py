@@ -252,6 +252,8 @@ def cmd_run(args) -> int:
 
     from evolve.config import config_from_args
     from evolve.ray_pool import RayExecutorError, check_address
+    if args.resume and args.resume.startswith(BASELINE_PREFIX):
+        sys.exit(f"error: {args.resume!r} holds the stored baselines, not a search run: nothing to resume")
     if args.resume and not Path(args.archive).exists():  # a typo must not leave an empty archive behind
         sys.exit(f"error: no run {args.resume!r}: no archive at {args.archive}")
     archive = _write_archive(args.archive)

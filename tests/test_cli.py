@@ -174,6 +174,7 @@ def _one_line_error(p, *needles):
     (["show", "999999"], "999999"),
     (["emit-go", "999999", "-o", "{tmp}/x.go"], "999999"),
     (["run", "--resume", "no-such-run"], "no-such-run"),
+    (["run", "--resume", "baselines-0123456789abcdef"], "stored baselines"),
     (["frontier", "--run", "no-such-run"], "no-such-run"),
     (["frontier", "--run", "no-such-run", "--json"], "no-such-run"),
     (["report", "--program", "999999", "-o", "{tmp}/r.html"], "999999"),
