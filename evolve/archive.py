@@ -722,8 +722,8 @@ class Archive:
         return self.program(pid) if pid is not None else None
 
     def best_transfer(self, run_id: str | None = None, skip_prefix: str | None = None) -> dict | None:
-        """The program a user should take from a run: the lowest `selection_loss` (the mean of
-        the held-out E2E errors where they were scored) among full evaluations whose every
+        """The program a user should take from a run: the lowest `selection_loss` (the worst of
+        the held-out regime errors where they were scored) among full evaluations whose every
         constant the data pins down (`evaluator.identify`), else among all of them. A constant
         the data cannot pin is a defect: it is held by the fit's faint prior, not by data.
         skip_prefix: leave out runs whose id starts with it (the stored baselines)."""

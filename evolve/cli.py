@@ -145,6 +145,18 @@ def cmd_ingest(args) -> int:
     return 0
 
 
+def _regimes_and_units(prog, objectives) -> dict:
+    """The held-out error per regime (null where a regime could not be scored) and each
+    constant's unit, for `evaluate`'s output."""
+    from evaluator.objectives import REGIMES
+    from evaluator.units import UnitError, check_units
+    try:
+        units = check_units(prog)
+    except UnitError:
+        units = {}
+    return {"regimes": {k: objectives.get(k) for k in REGIMES if k in objectives}, "constant_units": units}
+
+
 def cmd_evaluate(args) -> int:
     from evaluator.holdout import KINDS
     from evaluator.program import ProgramError, parse_program
@@ -165,12 +177,14 @@ def cmd_evaluate(args) -> int:
         sys.exit(f"error: {args.program}: {e}")
     if args.json:
         out = res.to_json()
+        out.update(_regimes_and_units(prog, res.objectives))
         if args.breakdown:
             out["breakdown"] = parts
         print(json.dumps(clean_json(out), indent=1, allow_nan=False))
     else:
         print(json.dumps(clean_json({"valid": res.valid, "error": res.error, "objectives": res.objectives,
-                                     "seconds": res.seconds}), indent=1, allow_nan=False))
+                                     **_regimes_and_units(prog, res.objectives), "seconds": res.seconds}),
+                         indent=1, allow_nan=False))
         if args.breakdown:
             render_breakdown(parts or [], _console())
         if res.holdout:
@@ -291,11 +305,14 @@ def cmd_run(args) -> int:
         con.print(f"LLM spend: {out['llm_spend_text']}")
     if out["best"]:
         b = out["best"]
-        held = (f"held-out E2E: LOWO {_pct(b['lowo_e2e'])}, LOMO {_pct(b['lomo_e2e'])}, "
-                f"high load {_pct(b['load_e2e'])}; in-sample " if has_heldout(b) else "")
-        con.print(f"best program {b['id']}: {held}E2E {_pct(b['e2e_mean'])} (worst {_pct(b['e2e_worst'])}), "
-                  f"TTFT {_pct(b['ttft_mean'])}, ITL {_pct(b['itl_mean'])}, step MAPE {_pct(b['step_mape'])}, "
-                  f"complexity {b['complexity']:.0f}")
+        held = ""
+        if has_heldout(b):
+            from evaluator.objectives import BY_NAME, REGIMES
+            held = "held-out: " + ", ".join(f"{BY_NAME[k].label} {_pct(b[k])}" for k in REGIMES if k in b) \
+                + "; in-sample "
+        con.print(f"use #{b['id']} (the lowest worst held-out regime): {held}E2E {_pct(b['e2e_mean'])} "
+                  f"(worst {_pct(b['e2e_worst'])}), TTFT {_pct(b['ttft_mean'])}, ITL {_pct(b['itl_mean'])}, "
+                  f"step MAPE {_pct(b['step_mape'])}, complexity {b['complexity']:.0f}")
     return 0
 
 
