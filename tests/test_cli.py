@@ -76,7 +76,7 @@ SLOPE = 5.0
 def predict_step_time(P, K, t_weights, t_decode_kv, t_prefill_gemm, t_decode_gemm):
     if K > HUGE_K:
         return SLOPE * K
-    return BASE + PER_WEIGHT * max(t_weights + t_decode_kv, t_prefill_gemm + t_decode_gemm) + P
+    return BASE + PER_WEIGHT * max(t_weights + t_decode_kv, t_prefill_gemm + t_decode_gemm) + 0.5 * P
 """
 
 
