@@ -64,7 +64,8 @@ def cmd_baselines(args) -> int:
     con = _console()
     t = Table(title=f"Baselines on {gt.source} ({gt.mode} mode, held-out last "
                     f"{100 * (1 - args.train_fraction):.0f}% of each stage)")
-    t.add_column("experiment")
+    # whole names (the other columns give way): 16 experiments with failure columns cut them
+    t.add_column("experiment", no_wrap=True, min_width=max(len(f"{e.model}/{e.workload}") for e in gt.experiments))
     t.add_column("st")
     for b in BASELINES:
         for m in ("E2E", "TTFT", "ITL"):

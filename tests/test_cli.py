@@ -23,7 +23,10 @@ def test_baselines_json_on_embedded_default():
     recs = out["records"]
     assert {r["baseline"] for r in recs} == {"blackbox", "roofline", "linear_physics"}
     e2e = [r for r in recs if r["metric"] == "e2e_err" and r["baseline"] == "linear_physics"]
-    assert len(e2e) == 20 and all(set(r) == {"experiment", "stage", "baseline", "metric", "value"} for r in e2e)
+    # 16 experiments, 24 stages; the two reasoning runs that mostly failed (7b, mixtral) have no latency error
+    assert len(e2e) == 24 and all(set(r) == {"experiment", "stage", "baseline", "metric", "value"} for r in e2e)
+    e2e = [r for r in e2e if r["value"] is not None]
+    assert len(e2e) == 22
     mean = next(r["value"] for r in recs if r["experiment"] == "mean" and r["baseline"] == "linear_physics"
                 and r["metric"] == "e2e_mean")
     # BLIS's blackbox reads only P and D: the physical rules either refuse it (with the reason) or
@@ -31,12 +34,13 @@ def test_baselines_json_on_embedded_default():
     why = [r["value"] for r in recs if r["baseline"] == "blackbox" and r["metric"] == "invalid"]
     bb = [r["value"] for r in recs if r["baseline"] == "blackbox" and r["metric"] == "e2e_mean"]
     assert (why and why[0].startswith("unphysical: ")) or bb[0] > 5 * mean
-    assert mean == pytest.approx(sum(r["value"] for r in e2e) / 20)
+    assert mean == pytest.approx(sum(r["value"] for r in e2e) / 22)
 
 
 def test_baselines_table_names_every_experiment(data_dir):
     out = evolve("baselines", "--data", str(data_dir)).stdout
-    for m in ("llama-2-7b/general", "llama-2-70b/codegen", "mixtral-8x7b/roleplay", "codellama-34b/general"):
+    for m in ("llama-2-7b/general", "llama-2-70b/codegen", "mixtral-8x7b/roleplay", "codellama-34b/general",
+              "llama-2-70b/reasoning"):
         assert m in out
     assert "mean" in out
 
