@@ -374,7 +374,8 @@ def test_page_plot_panel_and_filter(page, server, built, tmp_path):
     assert page.evaluate(ring) == [pid]
     assert page.locator("#plot g.traceselected path.point").count() == 1
     # held-out errors: the run scored its full evaluations on the held-out splits
-    assert page.locator("#holdout table").first.locator("tbody tr").count() == 4  # in-sample + 3 kinds
+    # in-sample + 4 kinds (LOWO, LOMO, high load, long decode) + overload
+    assert page.locator("#holdout table").first.locator("tbody tr").count() == 6
     page.screenshot(path=str(tmp_path / "ui.png"), full_page=True)
 
     # the complexity filter: fewer (or as many) points, matching the API
@@ -419,6 +420,6 @@ def test_api_program_carries_heldout_summary(server, built):
     st, rec = get(server, f"/api/program/{built['best']}")
     assert st == 200
     kinds = [r["kind"] for r in rec["holdout_summary"]]
-    assert kinds == ["in-sample", "LOWO", "LOMO", "high load"]
+    assert kinds == ["in-sample", "LOWO", "LOMO", "high load", "long decode", "overload"]
     assert set(rec["objectives"]) >= {"lowo_e2e", "lomo_e2e", "load_e2e"}
     assert any(k.startswith("model:") for k in rec["holdout_splits"])
