@@ -289,42 +289,18 @@ def ingest_step_traces(
     }
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
-    for lineno, line in _iter_lines(path):
-        stats["lines"] += 1
-        if not line.strip():
-            stats["blank_lines"] += 1
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise IngestError(
-                path, lineno, "<json>", f"invalid JSON ({exc.msg} at column {exc.colno}); truncated or corrupted line"
-            ) from None
-        if not isinstance(obj, dict):
-            raise IngestError(path, lineno, "<json>", f"each line must be a JSON object, got {type(obj).__name__}")
-        for r, rspan in enumerate(_as_list(obj.get("resourceSpans"), path, lineno, "resourceSpans")):
-            if not isinstance(rspan, dict):
-                raise IngestError(path, lineno, f"resourceSpans[{r}]", "must be an object")
-            scope_key = "scopeSpans" if "scopeSpans" in rspan else "instrumentationLibrarySpans"
-            for s, sspan in enumerate(_as_list(rspan.get(scope_key), path, lineno, f"resourceSpans[{r}].{scope_key}")):
-                if not isinstance(sspan, dict):
-                    raise IngestError(path, lineno, f"resourceSpans[{r}].{scope_key}[{s}]", "must be an object")
-                spans_field = f"resourceSpans[{r}].{scope_key}[{s}].spans"
-                for k, span in enumerate(_as_list(sspan.get("spans"), path, lineno, spans_field)):
-                    if not isinstance(span, dict):
-                        raise IngestError(path, lineno, f"{spans_field}[{k}]", "must be an object")
-                    stats["spans"] += 1
-                    found = False
-                    events_field = f"{spans_field}[{k}].events"
-                    for e, event in enumerate(_as_list(span.get("events"), path, lineno, events_field)):
-                        if not isinstance(event, dict) or event.get("name") != BATCH_SUMMARY_EVENT:
-                            stats["other_events"] += 1
-                            continue
-                        found = True
-                        rows.append(_parse_batch_summary(event, path, lineno, f"{events_field}[{e}]"))
-                        lines.append(lineno)
-                    if not found:
-                        stats["spans_without_batch_summary"] += 1
+    for lineno, field, span in _iter_spans(path, stats):
+        found = False
+        events_field = f"{field}.events"
+        for e, event in enumerate(_as_list(span.get("events"), path, lineno, events_field)):
+            if not isinstance(event, dict) or event.get("name") != BATCH_SUMMARY_EVENT:
+                stats["other_events"] += 1
+                continue
+            found = True
+            rows.append(_parse_batch_summary(event, path, lineno, f"{events_field}[{e}]"))
+            lines.append(lineno)
+        if not found:
+            stats["spans_without_batch_summary"] += 1
     stats["batch_summary_events"] = len(rows)
     if not rows:
         raise IngestError(path, None, BATCH_SUMMARY_EVENT, "no step.BATCH_SUMMARY events in the file")
@@ -1146,10 +1122,14 @@ def read_vllm_bench(path: str | os.PathLike, experiment_id: str, obj: dict | Non
 
 # ---------------------------------------------------------------- upstream vLLM request spans
 
-def _iter_spans(path: Path) -> Iterator[tuple[int, str, dict]]:
-    """(line, field path, span) of every span in an OTLP JSON-lines file."""
+def _iter_spans(path: Path, stats: dict | None = None) -> Iterator[tuple[int, str, dict]]:
+    """(line, field path, span) of every span in an OTLP JSON-lines file; `stats` (when given)
+    counts its lines, blank lines and spans."""
+    count = stats if stats is not None else {"lines": 0, "blank_lines": 0, "spans": 0}
     for lineno, line in _iter_lines(path):
+        count["lines"] += 1
         if not line.strip():
+            count["blank_lines"] += 1
             continue
         try:
             obj = json.loads(line)
@@ -1169,6 +1149,7 @@ def _iter_spans(path: Path) -> Iterator[tuple[int, str, dict]]:
                 for k, span in enumerate(_as_list(sspan.get("spans"), path, lineno, field)):
                     if not isinstance(span, dict):
                         raise IngestError(path, lineno, f"{field}[{k}]", "must be an object")
+                    count["spans"] += 1
                     yield lineno, f"{field}[{k}]", span
 
 
@@ -1238,20 +1219,12 @@ def ingest_request_spans(path: str | os.PathLike, experiment_id: str) -> pd.Data
         except ValueError as exc:
             raise IngestError(p, lineno, f"{where}.startTimeUnixNano", str(exc)) from None
         vals = {}
-        for key in (SPAN_E2E, SPAN_TTFT):
+        for key, read in ((SPAN_E2E, _otlp_float), (SPAN_TTFT, _otlp_float), (SPAN_PROMPT, _otlp_int),
+                          (SPAN_COMPLETION, _otlp_int)):
             if key not in attrs:
                 raise IngestError(p, lineno, key, f"missing required attribute of a request span ({where})")
             try:
-                vals[key] = _otlp_float(attrs[key])
-            except ValueError as exc:
-                raise IngestError(p, lineno, key, str(exc)) from None
-            if vals[key] < 0:
-                raise IngestError(p, lineno, key, f"must be >= 0, got {vals[key]}")
-        for key in (SPAN_PROMPT, SPAN_COMPLETION):
-            if key not in attrs:
-                raise IngestError(p, lineno, key, f"missing required attribute of a request span ({where})")
-            try:
-                vals[key] = _otlp_int(attrs[key])
+                vals[key] = read(attrs[key])
             except ValueError as exc:
                 raise IngestError(p, lineno, key, str(exc)) from None
             if vals[key] < 0:

@@ -17,7 +17,6 @@ import json
 import math
 import os
 import shutil
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from hypothesis import strategies as st
 
 from evaluator.errors import DataError
 from tests import hostile
+from bounded import bounded
 
 settings.register_profile("ci", max_examples=25, derandomize=True, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -49,20 +49,7 @@ HOSTILE = st.one_of(
 
 
 def _bounded(fn, limit_s=120.0):
-    box = {}
-
-    def run():
-        try:
-            box["val"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            box["exc"] = e
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(limit_s)
-    assert not t.is_alive(), f"load still running after {limit_s} s"
-    if "exc" in box:
-        raise box["exc"]
-    return box["val"]
+    return bounded(fn, limit_s)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from evaluator.errors import DataError
 from tests import hostile
+from bounded import bounded
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "seeds" / "roofline.py"
@@ -31,24 +31,6 @@ def one_line(p) -> str:
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr
     return lines[0]
-
-
-def bounded(fn, limit_s: float):
-    """fn() in a daemon thread; fails the test (instead of hanging it) past limit_s."""
-    box = {}
-
-    def run():
-        try:
-            box["val"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            box["exc"] = e
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(limit_s)
-    assert not t.is_alive(), f"still blocked after {limit_s} s"
-    if "exc" in box:
-        raise box["exc"]
-    return box["val"]
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dir", "device"])

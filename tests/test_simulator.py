@@ -91,6 +91,14 @@ def _same(a, b):
         assert x.shape == y.shape and np.array_equal(x, y, equal_nan=True), name
 
 
+def _first(wl, n: int) -> Workload:
+    """The first n requests of a workload (with their prompt identities and timeout)."""
+    cut = min(len(wl.arrival_us), n)
+    return Workload(*(getattr(wl, k)[:cut] for k in ("arrival_us", "prompt_len", "cached_len", "gen_len", "stage")),
+                    prompt_id=wl.prompt_id[:cut], group_id=wl.group_id[:cut],
+                    system_prompt_len=wl.system_prompt_len, timeout_us=wl.timeout_us)
+
+
 SPREAD_PROGRAM = ("BASE = 2000.0\nSPREAD = 1.0\n\ndef predict_step_time(t_weights, t_decode_kv, t_decode_kv_max):\n"
                   "    return BASE + t_weights + t_decode_kv + SPREAD * (t_decode_kv_max - t_decode_kv)\n")
 
@@ -103,11 +111,7 @@ def test_longest_context_is_the_same_with_members_and_request_by_request(evaluat
     f, c = p.compiled(), p.initial_constants
     ev = evaluator
     for e in ev.exps[:2]:
-        wl = ev.wl[e.id]
-        cut = min(len(wl.arrival_us), 1200)
-        wl = Workload(*(getattr(wl, k)[:cut] for k in ("arrival_us", "prompt_len", "cached_len", "gen_len", "stage")),
-                      prompt_id=wl.prompt_id[:cut], group_id=wl.group_id[:cut],
-                      system_prompt_len=wl.system_prompt_len, timeout_us=wl.timeout_us)
+        wl = _first(ev.wl[e.id], 1200)
         for kw in (dict(), dict(kv_blocks=max(64, e.kv_blocks // 12), timeout_us=1.2e6)):
             kw = {"kv_blocks": e.kv_blocks, **kw}
             args = (f, c, ev.mv[e.id], wl, kw.pop("kv_blocks"))
@@ -130,11 +134,7 @@ def test_steady_decode_stretches_are_bit_identical_to_the_general_step(evaluator
     ev = evaluator
     seen = {"pre": 0, "evict": 0, "timeout": 0, "restart_hit": 0}
     for e in ev.exps[:4]:
-        wl = ev.wl[e.id]
-        cut = min(len(wl.arrival_us), 1500)
-        wl = Workload(*(getattr(wl, k)[:cut] for k in ("arrival_us", "prompt_len", "cached_len", "gen_len", "stage")),
-                      prompt_id=wl.prompt_id[:cut], group_id=wl.group_id[:cut],
-                      system_prompt_len=wl.system_prompt_len, timeout_us=wl.timeout_us)
+        wl = _first(ev.wl[e.id], 1500)
         for kw in (dict(record=True), dict(kv_blocks=max(64, e.kv_blocks // 12), timeout_us=1.2e6, record=True),
                    dict(kv_blocks=max(64, e.kv_blocks // 10), prefix_cache="always-hit"), dict(max_seqs=16)):
             kw = {"kv_blocks": e.kv_blocks, **kw}
