@@ -438,7 +438,24 @@ def cmd_show(args) -> int:
         con.print(holdout_table(named))
         con.print(split_table(named))
     _show_kernel_notes(archive, rec, con)
+    _show_coverage(archive, rec, con)
     return 0
+
+
+def _show_coverage(archive, rec: dict, con) -> None:
+    """Where the program holds (evaluator.coverage): what its constants saw, its held-out error
+    per regime and what it was never validated for; from the run's data."""
+    from evaluator.coverage import coverage, coverage_lines
+    from evaluator.data import load
+    if not (rec.get("evaluation") or {}).get("valid"):
+        return
+    try:
+        gt = load(_run_data(archive, rec["run_id"]))
+    except DataError as e:
+        con.print(f"coverage: the run's data cannot be read ({e})")
+        return
+    for line in coverage_lines(coverage(gt, rec.get("objectives"))):
+        con.print(line, markup=False)
 
 
 def _run_data(archive, run_id: str | None) -> str | None:

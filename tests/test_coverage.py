@@ -1,0 +1,51 @@
+"""Coverage statements (evaluator.coverage): what a program's constants saw, its held-out error
+per regime and what it was never validated for; printed by show, written into the Go header."""
+from __future__ import annotations
+
+import json
+import math
+
+from evaluator.coverage import coverage, coverage_lines
+from evaluator.data import load
+
+REGIMES = {"lowo_e2e": 0.024, "lomo_e2e": 0.089, "load_e2e": 0.043, "long_e2e": 0.167, "overload_fail": math.inf}
+
+
+def test_coverage_of_the_embedded_default():
+    gt = load(None)
+    cov = coverage(gt, {"e2e_mean": 0.03, **REGIMES})
+    assert set(cov["fitted_on"]["models"]) == {"codellama-34b", "llama-2-70b", "llama-2-7b", "mixtral-8x7b"}
+    assert cov["fitted_on"]["models"]["llama-2-70b"] == {"tp": [4]}
+    assert cov["fitted_on"]["server_limits"]["max_num_seqs"] == [128]
+    # the reasoning workload's 100 + 934 + 1,448 tokens is the longest request seen
+    assert cov["ranges"]["request_context_tokens"][1] == 2482 and cov["ranges"]["rate_req_s"] == [4.0, 20.0]
+    assert cov["regimes"] == {**{k: v for k, v in REGIMES.items() if math.isfinite(v)}, "overload_fail": None}
+    gaps = " | ".join(cov["not_validated_for"])
+    assert "requests beyond 2,482 tokens" in gaps and "loads above 20 req/s" in gaps
+    assert "llama-2-70b TP4" in gaps and "max_num_batched_tokens 2048" in gaps
+    json.dumps(cov, allow_nan=False)  # strict JSON: a regime that could not be scored is null
+    lines = coverage_lines(cov)
+    assert lines[0].startswith("Fitted on: 16 experiments") and lines[-1].startswith("Not validated for: ")
+    assert "long-decode E2E 16.7%" in lines[2] and "overload failures —" in lines[2]
+
+
+def test_short_data_says_what_it_never_saw():
+    gt = load(None)
+    gt.experiments = [e for e in gt.experiments if e.workload != "reasoning"]
+    cov = coverage(gt, {k: v for k, v in REGIMES.items() if k not in ("long_e2e", "overload_fail")})
+    gaps = " | ".join(cov["not_validated_for"])
+    assert "overload (no measured request failed)" in gaps and "no long-decode split" in gaps
+    assert cov["ranges"]["request_context_tokens"][1] == 1001
+
+
+def test_the_go_header_carries_the_coverage():
+    from evaluator.program import parse_program
+    from go_emit.emit import emit_go
+    gt = load(None)
+    e = gt.experiments[0]
+    prog = parse_program("A = 1000.0\n\ndef predict_step_time(t_weights):\n    return A + t_weights\n")
+    ovh = {"queueing_us": 0.0, "queueing_per_input_token_us": 0.0, "output_token_us": 0.0, "post_decode_us": 0.0}
+    code = emit_go(prog, {e.model: [1000.0]}, {e.model: e.model_vec(gt.hardware)}, {e.model: ovh},
+                   coverage=coverage_lines(coverage(gt, REGIMES)))
+    head = code.split("package ", 1)[0]
+    assert "// Coverage:" in head and "//   Not validated for: models other than" in head
