@@ -26,6 +26,7 @@ from evaluator.data import load  # noqa: E402
 from evaluator.evaluate import Evaluator  # noqa: E402
 from evaluator.objectives import regime_errors  # noqa: E402
 from evaluator.program import parse_program  # noqa: E402
+from evolve.views.format import clean_json  # noqa: E402
 from seeds import seed_sources  # noqa: E402
 
 
@@ -74,8 +75,7 @@ def main(argv=None) -> int:
         [(n, parse_program(s)) for n, s in sorted(seed_sources().items())]
     rows = [figures(ev, n, p) for n, p in progs]
     if args.json:
-        print(json.dumps(rows, indent=1, default=lambda x: None, allow_nan=True).replace("Infinity", "null")
-              .replace("NaN", "null"))
+        print(json.dumps(clean_json(rows), indent=1, allow_nan=False))
         return 0
     print(f"load average {os.getloadavg()[0]:.1f}; data {args.data or 'embedded default'}")
     for r in rows:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from evaluator.holdout import request_context
 from evaluator.objectives import BY_NAME, REGIMES, finite_or_none
+from evaluator.physics import DEFAULT_MAX_MODEL_LEN
 
 
 def _span(values) -> list:
@@ -29,7 +30,7 @@ def coverage(gt, objectives: Mapping | None = None) -> dict:
         "max_num_seqs": sorted({e.max_num_seqs for e in exps}),
         "max_num_batched_tokens": sorted({e.max_batched_tokens for e in exps}),
         "block_size": sorted({e.block_size for e in exps}),
-        "max_model_len": sorted({getattr(e, "max_model_len", 4096) for e in exps}),
+        "max_model_len": sorted({getattr(e, "max_model_len", DEFAULT_MAX_MODEL_LEN) for e in exps}),
     }
     ctx = [request_context(e) for e in exps]
     rates = [s.rate for e in exps for s in e.stages]

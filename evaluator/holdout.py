@@ -104,8 +104,10 @@ def make_split(exps, kind: str, value: str | None = None) -> Split:
         fitted = {e.model for e in exps if e.workload not in long}
         return Split("long", None, {e.id: every(e) for e in exps if e.workload not in long},
                      {e.id: every(e) for e in exps if e.workload in long and e.model in fitted}, False)
-    if kind == "workload" and value not in long_workloads(exps):
-        exps = [e for e in exps if e.workload not in long_workloads(exps)]  # LOWO on the short folds
+    if kind == "workload":
+        long = long_workloads(exps)
+        if value not in long:  # LOWO on the short folds: the long workloads have a split of their own
+            exps = [e for e in exps if e.workload not in long]
     key = (lambda e: e.model) if kind == "model" else (lambda e: e.workload)
     names = sorted({key(e) for e in exps})
     if value not in names:
@@ -122,9 +124,11 @@ def splits_of(exps, kind: str) -> list[Split]:
         return [make_split(exps, "load")] if any(len(e.stages) > 1 for e in exps) else []
     if kind == "long":
         return [make_split(exps, "long")] if long_workloads(exps) else []
-    if kind == "workload":  # the long workloads have a split of their own
-        exps = [e for e in exps if e.workload not in long_workloads(exps)]
-    names = sorted({(e.model if kind == "model" else e.workload) for e in exps})
+    pool = exps
+    if kind == "workload":  # the short folds; make_split leaves the long workloads out of their fits
+        long = long_workloads(exps)
+        pool = [e for e in exps if e.workload not in long]
+    names = sorted({(e.model if kind == "model" else e.workload) for e in pool})
     return [make_split(exps, kind, n) for n in names] if len(names) > 1 else []
 
 
@@ -202,7 +206,7 @@ def join_splits(main, results, kinds=KINDS):
     scores infinite, as one whose every split failed."""
     blocks = {kind: kind_block(kind, [(label, res) for label, res in results if _kind_of(label) == kind])
               for kind in kinds
-              if kind in OPTIONAL_KINDS_REQUIRED or any(_kind_of(label) == kind for label, _ in results)}
+              if kind in ALWAYS_SCORED or any(_kind_of(label) == kind for label, _ in results)}
     objectives = {k: v for k, v in main.objectives.items() if k != "complexity"}
     for kind, b in blocks.items():
         objectives[f"{PREFIX[kind]}_e2e"] = b["objectives"][f"{PREFIX[kind]}_e2e"]
@@ -214,7 +218,7 @@ def join_splits(main, results, kinds=KINDS):
     return replace(main, objectives=objectives, holdout=blocks)
 
 
-OPTIONAL_KINDS_REQUIRED = ("workload", "model", "load")  # scored infinite where the data has no split of theirs
+ALWAYS_SCORED = ("workload", "model", "load")  # scored infinite where the data has no split of theirs; "long" only where it has one
 OVERLOAD = "overload_fail"
 
 

@@ -880,23 +880,25 @@ def _guidellm_request(req: Any, where: str, path: Path, failed: bool) -> dict:
     if not isinstance(req, dict):
         raise IngestError(path, None, where, f"request must be an object, got {type(req).__name__}")
 
-    def num(keys: tuple[str, ...], what: str, required: bool) -> float | None:
+    def present(keys: tuple[str, ...], what: str, required: bool):
+        """(key, value) of the first of `keys` the request has; (None, None) if none and optional."""
         k, v = _first_present(req, keys)
+        if k is None and required:
+            raise IngestError(path, None, f"{where}.{keys[0]}",
+                              f"missing required field ({what}; also looked for {', '.join(keys[1:])})")
+        return k, v
+
+    def num(keys: tuple[str, ...], what: str, required: bool) -> float | None:
+        k, v = present(keys, what, required)
         if k is None:
-            if required:
-                raise IngestError(path, None, f"{where}.{keys[0]}",
-                                  f"missing required field ({what}; also looked for {', '.join(keys[1:])})")
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise IngestError(path, None, f"{where}.{k}", f"must be a finite number, got {_describe(v)}")
         return float(v)
 
     def count(keys: tuple[str, ...], what: str, required: bool) -> int | None:
-        k, v = _first_present(req, keys)
+        k, v = present(keys, what, required)
         if k is None:
-            if required:
-                raise IngestError(path, None, f"{where}.{keys[0]}",
-                                  f"missing required field ({what}; also looked for {', '.join(keys[1:])})")
             return None
         if isinstance(v, float) and v.is_integer():
             v = int(v)

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evaluator.components import COMPONENT_INDEX, MEASURED_NAMES, N_COMPONENTS, components_for_model_spread
+from evaluator.components import (COMPONENT_INDEX, MEASURED_NAMES, N_COMPONENTS, components_for_model_spread,
+                                  mean_context)
 from evaluator.step_scoring import predict_rows
 
 DEFAULT_MAX_MODEL_LEN = 4096  # vLLM max_model_len of every shared experiment (exp-config.yaml)
@@ -187,7 +188,7 @@ def extrapolation_grid(experiment, model_vec: np.ndarray) -> np.ndarray:
     width = max(len(ln) for ln in lines)
     flat = [ln[i] if i < len(ln) else ln[-1] for ln in lines for i in range(width)]
     # every other state: each decoding request at the mean context (no spread)
-    flat = [st if len(st) == 7 else (*st, st[5] / st[3] if st[3] > 0 else 0.0) for st in flat]
+    flat = [st if len(st) == 7 else (*st, mean_context(st[5], st[3])) for st in flat]
     a = np.array(flat, np.float64)
     c = lambda j: np.ascontiguousarray(a[:, j])  # noqa: E731
     X = components_for_model_spread(np.ascontiguousarray(model_vec, np.float64), c(0), c(1), c(2), c(3), c(4), c(5),

@@ -258,6 +258,14 @@ def check_units(program) -> dict[str, str]:
     return c.solution()
 
 
+def constant_units(program) -> dict[str, str]:
+    """`check_units`, or {} for a program whose units cannot add up (its rejection says why)."""
+    try:
+        return check_units(program)
+    except UnitError:
+        return {}
+
+
 def units_violation(program) -> str | None:
     """Why the program is dimensionally impossible ("units: ..."), or None."""
     try:

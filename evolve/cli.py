@@ -150,12 +150,9 @@ def _regimes_and_units(prog, objectives) -> dict:
     """The held-out error per regime (null where a regime could not be scored) and each
     constant's unit, for `evaluate`'s output."""
     from evaluator.objectives import REGIMES
-    from evaluator.units import UnitError, check_units
-    try:
-        units = check_units(prog)
-    except UnitError:
-        units = {}
-    return {"regimes": {k: objectives.get(k) for k in REGIMES if k in objectives}, "constant_units": units}
+    from evaluator.units import constant_units
+    return {"regimes": {k: objectives.get(k) for k in REGIMES if k in objectives},
+            "constant_units": constant_units(prog)}
 
 
 def cmd_evaluate(args) -> int:

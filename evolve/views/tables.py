@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from evaluator.objectives import BY_NAME, HELDOUT, REGIMES, REGIMES_OPTIONAL, finite_or_none, ranked
-from evaluator.units import UnitError, check_units
+from evaluator.units import constant_units as program_units
 from evolve.pareto import pareto_front
 from evaluator.objectives import FAILURE
 from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, cache_cells, complexity_of, const_names, failure_cells,
@@ -105,9 +105,10 @@ def constant_units(source: str) -> dict[str, str]:
     whose units cannot add up (its rejection reason says so)."""
     from evaluator.program import ProgramError, parse_program
     try:
-        return check_units(parse_program(source))
-    except (ProgramError, UnitError):
+        program = parse_program(source)
+    except ProgramError:
         return {}
+    return program_units(program)
 
 
 def show_program(archive, program_id: int, console, baseline_rows=None) -> dict | None:
