@@ -3,6 +3,7 @@ the one function the CLI, the UI and the report emit an archived program's Go wi
 import numpy as np
 import pytest
 
+from evaluator.coverage import coverage, coverage_lines
 from evaluator.objectives import Caps
 from evaluator.program import collapse_conditional, parse_program
 from evaluator.step_scoring import predict_rows
@@ -124,9 +125,11 @@ def test_emit_record_simplifies_with_the_global_constants(gt, probes):
     assert "//   complexity: 99\n" in raw.code and "// Program:    7\n" in raw.code
     vectors = {e.model: e.model_vec(gt.hardware) for e in gt.experiments}
     consts = {m: list(prog.initial_constants) for m in gt.models}
+    cov = coverage_lines(coverage(gt, rec["evaluation"]["objectives"]))  # where it holds, in the header
     same = emit_go(prog, consts, vectors, rec["evaluation"]["overheads"], program_id="7",
-                   scores=rec["evaluation"]["objectives"], aliases=merge_aliases(gt, consts, None))
+                   scores=rec["evaluation"]["objectives"], aliases=merge_aliases(gt, consts, None), coverage=cov)
     assert raw.code == same  # nothing but emit_go around the record's values
+    assert "//   Not validated for: " in raw.code
 
 
 def test_emit_record_refusals(gt):
