@@ -50,14 +50,15 @@ def cmd_emit_go(args) -> int:
     from go_emit import GoEmitError, emit_record
     from go_emit.blis_patch import GO_FILE, apply_in_place, blis_patch
     from go_emit.names import parse_alias
-    if not (args.output or args.blis_patch or args.blis_dir):
-        _fail("give -o FILE.go, --blis-patch FILE.patch or --blis-dir DIR")
-    if (args.blis_patch or args.blis_dir) and (args.package != "latency" or args.interface != "blis"):
-        _fail("--blis-patch/--blis-dir need --package latency --interface blis (BLIS's sim/latency)")
+    # what does not exist is named first: an unknown id or archive, then the missing output
     archive = _archive(args.archive)
     rec = archive.program(args.program_id)
     if rec is None:
         _fail(f"no program {args.program_id} in {args.archive}")
+    if not (args.output or args.blis_patch or args.blis_dir):
+        _fail("give -o FILE.go, --blis-patch FILE.patch or --blis-dir DIR")
+    if (args.blis_patch or args.blis_dir) and (args.package != "latency" or args.interface != "blis"):
+        _fail("--blis-patch/--blis-dir need --package latency --interface blis (BLIS's sim/latency)")
     run = archive.get_run(rec["run_id"]) or {}
     try:
         aliases = dict(parse_alias(a) for a in args.alias or [])

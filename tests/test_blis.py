@@ -357,13 +357,19 @@ def test_compare_cli_lists_what_it_left_out(gt, data_dir, tmp_path, capsys):
 def test_cli_errors_are_one_line(tmp_path):
     """Bad input ends in one "error: ..." line (sys.exit with the message), never a traceback."""
     from evolve.cli import main
+    from tests.hostile import make_archive
+    db = tmp_path / "one.db"
+    pid = next(iter(make_archive(db, n=1)))
     for args, msg in [
         (("blis-compare", str(tmp_path / "none"), "--data", str(tmp_path)), "no such directory"),
         (("blis-compare", str(tmp_path)), "no <experiment>/results-"),
         (("export-blis-traces", "--data", str(tmp_path / "none"), "-o", str(tmp_path / "o")), "no such directory"),
         (("emit-go", "1", "--archive", str(tmp_path / "none.db"), "-o", "x.go"), "no such archive"),
-        (("emit-go", "1", "--archive", str(tmp_path / "none.db")), "give -o FILE.go, --blis-patch"),
-        (("emit-go", "1", "--archive", str(tmp_path / "none.db"), "--blis-dir", str(tmp_path), "--interface",
+        (("emit-go", "1", "--archive", str(tmp_path / "none.db")), "no such archive"),
+        # an unknown id is named before the missing output (issue 33)
+        (("emit-go", "999999", "--archive", str(db)), "no program 999999 in"),
+        (("emit-go", str(pid), "--archive", str(db)), "give -o FILE.go, --blis-patch"),
+        (("emit-go", str(pid), "--archive", str(db), "--blis-dir", str(tmp_path), "--interface",
           "legacy5"), "need --package latency --interface blis"),
     ]:
         with pytest.raises(SystemExit) as ex:
