@@ -157,6 +157,7 @@ class RayPool(Executor):
                 self.bytes_sent += len(pickle.dumps(msg))
                 s.ref = s.actor.evaluate.remote(msg)
                 s.started = time.monotonic()
+                self._started(s.job)
             elif s.job is not None:
                 if s.ref in finished:
                     try:

@@ -481,6 +481,7 @@ class Search:
         pool = self._pool() if fresh else None
         self._batches += 1
         b = self._batches
+        self._phase("batch", b)  # "batch GENERATION B": the executor's start lines name B
         first_kind = "screen" if screen else "full"
         first: dict[int, Evaluation] = {}
         full: dict[int, Evaluation] = {}

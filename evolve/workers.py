@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import multiprocessing as mp
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -144,6 +145,16 @@ class Executor:
     def _count_kill(self, job: Job) -> None:
         self._killed.add((job.batch, job.index))
 
+    @staticmethod
+    def _started(job: Job) -> None:
+        """A worker took `job`: 'start-KIND BATCH INDEX' in STEPEVOLVE_PHASE_FILE, beside the
+        search's phases (tests and benchmarks/kill_resume.py count the work a kill lost:
+        started, never finished, run again after --resume)."""
+        path = os.environ.get("STEPEVOLVE_PHASE_FILE")
+        if path:
+            with open(path, "a") as f:
+                f.write(f"start-{job.kind} {job.batch} {job.index}\n")
+
     def submit(self, job: Job, first: bool = False) -> None:
         jobs = [job]
         if job.kind == "full" and self.heldout and self.splits and job.screen is not None and job.screen.valid:
@@ -266,6 +277,7 @@ class WorkerPool(Executor):
                 w.job = self.pending.pop(0)
                 w.started = time.monotonic()
                 w.conn.send(job_message(w.job, self.heldout))
+                self._started(w.job)
             elif w.job is not None:
                 if w.conn.poll(0):
                     try:
