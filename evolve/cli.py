@@ -663,6 +663,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="emit the program as archived, dead conditionals included")
     blis_cmds.add_emit_go_options(g)  # --alias, --blis-patch, --blis-dir
     blis_cmds.register(sub, data_opts)  # export-blis-traces, blis-compare
+    from evolve import predict_cmd  # stdlib only at import: the command imports what it runs
+    predict_cmd.add_parser(sub)  # predict (docs/predict.md)
 
     f = sub.add_parser("frontier", help="the Pareto-optimal programs, sorted by complexity")
     f.add_argument("--archive", default="archive.db", metavar="PATH")
