@@ -236,6 +236,7 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
             search.close()
     run = archive.get_run(search.run_id)
     out["n_evaluated"] = run["n_evaluated"]
+    out["work"] = archive.work_counts(search.run_id)
     out["hypervolume"] = search.state.hv()
     fr = search.state.frontier
     best = archive.best_transfer(search.run_id)  # held-out errors first, every constant pinned
@@ -299,6 +300,9 @@ def cmd_run(args) -> int:
               f"({out['n_evaluated'] / max(out['seconds'], 1e-9):.2f}/s), frontier {len(out['frontier'])}, "
               f"hypervolume {out['hypervolume']:.3f}, killed {out['killed']}, "
               f"known programs redrawn {out.get('skipped_duplicates', 0)}")
+    w = out.get("work") or {}
+    con.print(f"work: {w.get('full', 0)} full evaluations, {w.get('screen', 0)} screens only, "
+              f"{w.get('twins', 0)} twins (screened, then skipped: they behave like an earlier program)")
     if out.get("llm_spend_text"):
         con.print(f"LLM spend: {out['llm_spend_text']}")
     if out["best"]:
@@ -404,7 +408,7 @@ def cmd_frontier(args) -> int:
     from evolve.views.tables import frontier_table, render_frontier
     archive = _read_archive(args.archive)
     _known_run_or_exit(archive, args.run, args.archive)
-    rows = frontier_table(archive, args.run)
+    rows = frontier_table(archive, args.run, collapse=not args.all)
     rows = [r for r in rows if not str(r.get("run", "")).startswith(BASELINE_PREFIX)]
     if args.json:
         print(json.dumps(clean_json(rows), indent=1, allow_nan=False))
@@ -670,6 +674,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--archive", default="archive.db", metavar="PATH")
     f.add_argument("--run", default=None)
     f.add_argument("--json", action="store_true")
+    f.add_argument("--all", action="store_true",
+                   help="every frontier program (default: behavioural duplicates collapse into one row)")
     f.set_defaults(func=cmd_frontier)
 
     sh = sub.add_parser("show", help="one program: source, constants, errors vs the best baseline, lineage")
@@ -680,7 +686,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="one self-contained HTML report")
     rp.add_argument("--archive", default="archive.db", metavar="PATH")
     rp.add_argument("--run", default=None)
-    rp.add_argument("--program", type=NON_NEGATIVE_INT, default=None, help="program detailed (default: best E2E)")
+    rp.add_argument("--program", type=NON_NEGATIVE_INT, default=None, help="program detailed (default: the run's recommended program)")
     rp.add_argument("-o", "--output", default="report.html")
     rp.add_argument("--data", metavar="DIR", default=None,
                     help="ground truth for the components section (default: the run's --data)")

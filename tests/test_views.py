@@ -16,6 +16,7 @@ from evaluator.evaluate import Evaluation
 from evolve.archive import Archive
 from evolve.cli import main as cli_main
 from evolve.views import frontier_table, go_cap_status, render_frontier, report_html, show_program
+from evolve.views.tables import duplicate_groups
 from evolve.views.plots import pareto_figure, progress_series, stage_errors_figure, ttft_itl_figure
 
 BASE = """BETA0 = 15000.0
@@ -347,4 +348,45 @@ def test_report_details_the_best_on_heldout_errors(tmp_path):
     loose2 = a.add_candidate(only_loose, BASE.format(k=4), operator="seed", evaluation=unpinned)
     assert a.best_transfer(only_loose)["id"] == loose2  # no pinned program: the best of the rest
     assert loose != loose2
+    a.close()
+
+
+def test_frontier_collapses_behavioural_duplicates(tmp_path, capsys):
+    """Programs whose every stored objective but complexity and every per-stage prediction lie
+    within 0.1% are one row (the simplest, or the recommended one), with a count and the ids;
+    `--all` lists them all; a twin 1% off is its own row."""
+    from dataclasses import replace
+    a = Archive(tmp_path / "d.db")
+    run = a.start_run({}, seed=0)
+    held = {"lowo_e2e": 0.05, "lomo_e2e": 0.06, "load_e2e": 0.04}
+
+    def ev(scale, cx, bump=1.0):
+        e = make_eval(scale, complexity=cx)
+        rows = [{**r, "pred_e2e_s": r["pred_e2e_s"] * bump} for r in e.rows]
+        return replace(e, rows=rows, objectives={**e.objectives, **{k: v * bump for k, v in held.items()}})
+    simple = a.add_candidate(run, BASE.format(k=1), operator="seed", evaluation=ev(0.02, 5))
+    twin = a.add_candidate(run, BASE.format(k=2), operator="seed", evaluation=ev(0.02 * 0.9996, 6, 0.9996))
+    other = a.add_candidate(run, BASE.format(k=3), operator="seed", evaluation=ev(0.02 * 1.01, 4, 1.01))
+    front = {r["id"] for r in a.frontier(run, computed=True)}
+    assert {simple, twin, other} <= front  # the other is simpler but 1% worse held out
+    rows = frontier_table(a, run)
+    by = {r["id"]: r for r in rows}
+    assert a.best_transfer(run)["id"] == twin  # better held out: the recommended one leads its group
+    lead, dup = twin, simple
+    assert set(by) & {simple, twin} == {lead} and by[lead]["duplicates"] == [dup] and by[lead]["recommended"]
+    assert by[lead]["n_duplicates"] == 1
+    assert other in by and by[other]["duplicates"] == []  # 1% apart: a different behaviour
+    full = {r["id"]: r for r in frontier_table(a, run, collapse=False)}
+    assert {simple, twin} <= set(full) and full[dup]["duplicate_of"] == lead
+    assert cli_main(["frontier", "--archive", str(a.path), "--json"]) == 0
+    js = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert js[lead]["duplicates"] == [dup] and dup not in js
+    assert cli_main(["frontier", "--archive", str(a.path), "--json", "--all"]) == 0
+    assert dup in {r["id"] for r in json.loads(capsys.readouterr().out)}
+    assert cli_main(["frontier", "--archive", str(a.path)]) == 0
+    out = capsys.readouterr().out
+    assert "+1" in out and "0.1% relative" in out and "--all" in out
+    recs = [a.program(i) for i in (twin, simple, other)]
+    groups = duplicate_groups(recs)  # nothing recommended: the simplest leads
+    assert [[r["id"] for r in g] for g in groups] == [[other], [simple, twin]]
     a.close()

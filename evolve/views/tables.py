@@ -37,13 +37,72 @@ def search_frontier(archive, run: str | None = None) -> list[dict]:
     return sorted(recs, key=lambda r: (ranked(complexity_of(r)), ranked(r["objectives"].get("e2e_mean")), r["id"]))
 
 
-def frontier_table(archive, run: str | None = None) -> list[dict]:
+DUPLICATE_REL = 1e-3  # behavioural duplicates: every stored figure within 0.1% relative
+PREDICTIONS = ("pred_e2e_s", "pred_ttft_s", "pred_itl_s", "pred_fail")  # per experiment-stage row
+DUPLICATE_RULE = ("rows collapse programs that behave alike: every stored objective but complexity and every "
+                  "per-stage prediction (E2E, TTFT, per-token time, failed share) within 0.1% relative")
+
+
+def _close(a, b, rel: float = DUPLICATE_REL) -> bool:
+    """Both missing/non-finite, or both finite and within `rel` of the larger magnitude."""
+    x, y = finite_or_none(a), finite_or_none(b)
+    if x is None or y is None:
+        return x is None and y is None
+    return abs(x - y) <= rel * max(abs(x), abs(y)) or x == y
+
+
+def same_behaviour(a: Mapping, b: Mapping, rel: float = DUPLICATE_REL) -> bool:
+    """Whether two archive records are behavioural duplicates: every stored objective except
+    complexity (the one a simpler twin is better on) and every per-stage prediction agree within
+    `rel` relative. Different programs often differ only in a constant the fit absorbs; a reader
+    wants one row for them, not ten."""
+    oa, ob = a.get("objectives") or {}, b.get("objectives") or {}
+    if not all(_close(oa.get(k), ob.get(k), rel) for k in (set(oa) | set(ob)) - {"complexity"}):
+        return False
+    ra = {row_key(r): r for r in rows_of(a)}
+    rb = {row_key(r): r for r in rows_of(b)}
+    if set(ra) != set(rb):
+        return False
+    return all(_close(ra[k].get(p), rb[k].get(p), rel) for k in ra for p in PREDICTIONS)
+
+
+def duplicate_groups(records: Sequence[Mapping], prefer: int | None = None) -> list[list[Mapping]]:
+    """Records grouped by `same_behaviour`, each group led by the row a table shows: the
+    recommended program (`prefer`) if the group has it, else the simplest (lowest complexity,
+    then lowest id). Greedy against each group's leader, so a group never chains drifting twins."""
+    order = sorted(records, key=lambda r: (r["id"] != prefer, ranked(complexity_of(r)), r["id"]))
+    groups: list[list[Mapping]] = []
+    for r in order:
+        for g in groups:
+            if same_behaviour(g[0], r):
+                g.append(r)
+                break
+        else:
+            groups.append([r])
+    return groups
+
+
+def frontier_table(archive, run: str | None = None, collapse: bool = True) -> list[dict]:
     """One plain dict per frontier program, sorted by complexity (then e2e_mean); `recommended`
     marks the program the run hands over (`Archive.best_transfer`: the worst held-out regime
-    lowest among programs whose every constant the data pins down)."""
+    lowest among programs whose every constant the data pins down).
+
+    collapse: behavioural duplicates (`same_behaviour`: every stored objective but complexity and
+    every per-stage prediction within 0.1% relative) become one row, the recommended or simplest
+    program, with the others' ids in "duplicates"; False (`frontier --all`) keeps every program,
+    a collapsed one naming its row's id in "duplicate_of"."""
     best = archive.best_transfer(run, skip_prefix=BASELINE_PREFIX)
+    best_id = best["id"] if best is not None else None
+    recs = search_frontier(archive, run)
+    leader_of: dict[int, int] = {}
+    dups: dict[int, list[int]] = {}
+    for g in duplicate_groups(recs, best_id):
+        dups[g[0]["id"]] = sorted(r["id"] for r in g[1:])
+        leader_of.update({r["id"]: g[0]["id"] for r in g[1:]})
     out = []
-    for r in search_frontier(archive, run):
+    for r in recs:
+        if collapse and r["id"] in leader_of:
+            continue
         obj = r.get("objectives") or {}
         cx = finite_or_none(obj.get("complexity"))
         d = {"id": r["id"], "complexity": int(cx) if cx is not None and cx == int(cx) else
@@ -51,8 +110,9 @@ def frontier_table(archive, run: str | None = None) -> list[dict]:
         for k in ERROR_KEYS:
             d[k] = obj.get(k)
         d.update(components=list(r.get("components") or []), run=r.get("run_id"), generation=r.get("generation"),
-                 operator=r.get("operator"), llm_model=r.get("llm_model"),
-                 recommended=best is not None and r["id"] == best["id"])
+                 operator=r.get("operator"), llm_model=r.get("llm_model"), recommended=r["id"] == best_id,
+                 duplicates=dups.get(r["id"], []), n_duplicates=len(dups.get(r["id"], [])),
+                 duplicate_of=leader_of.get(r["id"]))
         out.append(d)
 
     def key(d):
@@ -65,12 +125,21 @@ def frontier_table(archive, run: str | None = None) -> list[dict]:
 # --json` imports this module and draws nothing.
 
 def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto frontier") -> None:
+    """The frontier as one rich table; a "twins" column counts the behavioural duplicates a row
+    stands for (the caption states the rule; `frontier --all` lists them)."""
     from rich.table import Table
     if not rows:
         console.print("[yellow]no evaluated programs yet[/yellow]")
         return
-    t = Table(title=title, header_style="bold")
+    collapsed = any(r.get("duplicates") for r in rows) and not any(r.get("duplicate_of") for r in rows)
+    caption = (f"twins +N: {DUPLICATE_RULE}; `evolve frontier --all` lists every program" if collapsed else
+               "every frontier program (\"= #N\": behaves as #N, every figure within 0.1%)"
+               if any(r.get("duplicate_of") for r in rows) else None)
+    t = Table(title=title, header_style="bold", caption=caption, caption_justify="left")
     t.add_column("id", justify="right")
+    listed = any(r.get("duplicate_of") for r in rows)
+    if collapsed or listed:
+        t.add_column("twins" if collapsed else "same as", justify="right")
     t.add_column("cplx", justify="right")
     keys = shown_error_keys(rows)
     for k in keys:
@@ -79,7 +148,10 @@ def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto front
     t.add_column("run")
     t.add_column("gen", justify="right")
     for r in rows:
-        t.add_row(("★ " if r.get("recommended") else "") + str(r["id"]), fmt_num(r.get("complexity")),
+        twins = (f"+{len(r['duplicates'])}" if r.get("duplicates") else "") if collapsed else \
+            (f"= #{r['duplicate_of']}" if r.get("duplicate_of") else "")
+        t.add_row(("★ " if r.get("recommended") else "") + str(r["id"]), *([twins] if collapsed or listed else []),
+                  fmt_num(r.get("complexity")),
                   *(fmt_err(r.get(k)) for k in keys),
                   ", ".join(r.get("components") or []), str(r.get("run") or ""), fmt_num(r.get("generation")))
     console.print(t)
