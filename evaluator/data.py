@@ -24,6 +24,7 @@ from evaluator.errors import DataError
 from evaluator.failed_requests import DEFAULT_TIMEOUT_S, FAILED_FORM, error_mask, failed_form, recovered_prompts
 from evaluator.gt_contract import check_contract, check_file, check_regular_files, check_table
 from evaluator.model_configs import arch_from_config, kv_bytes_per_token, shipped_config_path, weight_bytes
+from evaluator import server_config as sc
 
 DEFAULT_TABLE = "default_workloads.json"
 
@@ -85,6 +86,18 @@ class Experiment:
     kernel_missing: str = field(default="", compare=False)
     # the client's total timeout: inference-perf's load.request_timeout, else aiohttp's default
     request_timeout_s: float = DEFAULT_TIMEOUT_S
+    # the rest of the server (evaluator.server_config): read from the data, defaults named
+    max_model_len: int = sc.DEFAULT_MAX_MODEL_LEN
+    chunked_prefill: bool = sc.DEFAULT_CHUNKED_PREFILL
+    prefix_caching: bool = sc.DEFAULT_PREFIX_CACHING
+    vllm_version: str | None = None
+    # "setting=value (why)" for every server setting no file stated (evaluator.server_config)
+    defaults_used: list[str] = field(default_factory=list, compare=False)
+
+    @property
+    def defaults_named(self) -> list[str]:
+        """The settings that took a default, by name (what every scored row carries)."""
+        return [d.split("=", 1)[0] for d in self.defaults_used]
 
     @property
     def generated_len(self) -> int:
@@ -137,7 +150,11 @@ class GroundTruth:
 
 # ---------------------------------------------------------------- helpers
 
-_KERNEL_FIELDS = ("kernels", "kernel_notes", "kernel_missing")
+_KERNEL_FIELDS = ("kernels", "kernel_notes", "kernel_missing", "defaults_used")
+# server settings added later: left out of the table and the fingerprint at the value every
+# experiment had before they were read (so data that states them keeps its fingerprint)
+_LEGACY_SERVER = {"max_model_len": sc.DEFAULT_MAX_MODEL_LEN, "chunked_prefill": True, "prefix_caching": True,
+                  "vllm_version": None}
 
 
 def _plain(e: Experiment) -> dict:
@@ -149,10 +166,21 @@ def _plain(e: Experiment) -> dict:
         d.pop(k)
     if d["request_timeout_s"] == DEFAULT_TIMEOUT_S:
         d.pop("request_timeout_s")
+    for k, v in _LEGACY_SERVER.items():
+        if d[k] == v:
+            d.pop(k)
     for s in d["stages"]:
         if not s["n_failed"]:
             s.pop("n_failed")
     return d
+
+
+_CONFIG_KEY = {"max_model_len": "max_model_len", "chunked_prefill": "enable_chunked_prefill",
+               "prefix_caching": "enable_prefix_caching", "vllm_version": "vllm_version"}
+
+
+def _yaml_value(v) -> str:
+    return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 
 def kernel_key(e: Experiment) -> str:
@@ -385,7 +413,6 @@ def _read_experiment(d: Path, root: Path, hw: dict, meta_row, arch_cache, reques
         raise DataError(f"{cfg_path}: expected a mapping")
     check_file("exp-config", cfg, cfg_path)
     model_id = str(_get(cfg, "model", cfg_path, str))
-    tp = _get(cfg, "tensor_parallelism", cfg_path, int)
     prof_path = d / "profile.yaml"
     prof = _load_yaml(prof_path)
     check_file("profile", prof, prof_path)
@@ -413,12 +440,13 @@ def _read_experiment(d: Path, root: Path, hw: dict, meta_row, arch_cache, reques
         else:
             arch_cache[arch_name] = _embedded_arch(model_id, cfg_json)
     arch = arch_cache[arch_name]
-    if meta_row is not None:
-        kv_blocks = int(meta_row.cfg_kv_blocks_total_gpu)
-    elif "kv_blocks_total_gpu" in cfg:
-        kv_blocks = _get(cfg, "kv_blocks_total_gpu", cfg_path, int)
-    else:
-        kv_blocks = estimate_kv_blocks(arch, tp)
+    server, defaults = sc.resolve(cfg, meta_row, _max_position(cfg_json, arch_cache))
+    tp = int(server["tensor_parallelism"])
+    kv_blocks = server["kv_blocks_total_gpu"]
+    if kv_blocks is None:
+        kv_blocks = estimate_kv_blocks(arch, tp, int(server["block_size"]))
+        defaults = [f"kv_blocks_total_gpu={kv_blocks} (estimated: 80 GB x 0.9 per GPU minus the weights, over the "
+                    f"KV bytes of a block)" if x.startswith("kv_blocks_total_gpu=") else x for x in defaults]
     exp = Experiment(
         id=d.name,
         model=model_short_name(model_id),
@@ -426,9 +454,9 @@ def _read_experiment(d: Path, root: Path, hw: dict, meta_row, arch_cache, reques
         workload=_workload_of(d.name),
         tp=tp,
         kv_blocks=kv_blocks,
-        max_num_seqs=int(cfg.get("max_num_seqs", 128)),
-        max_batched_tokens=int(cfg.get("max_num_batched_tokens", 2048)),
-        block_size=int(cfg.get("block_size", 16)),
+        max_num_seqs=int(server["max_num_seqs"]),
+        max_batched_tokens=int(server["max_num_batched_tokens"]),
+        block_size=int(server["block_size"]),
         system_prompt_len=int(sp.get("system_prompt_len", 0)),
         question_len=int(sp.get("question_len", 0)),
         output_len=int(sp.get("output_len", 0)),
@@ -437,6 +465,11 @@ def _read_experiment(d: Path, root: Path, hw: dict, meta_row, arch_cache, reques
         ignore_eos=bool((prof.get("server") or {}).get("ignore_eos", False)),
         arch=arch,
         request_timeout_s=timeout or DEFAULT_TIMEOUT_S,
+        max_model_len=int(server["max_model_len"]),
+        chunked_prefill=bool(server["enable_chunked_prefill"]),
+        prefix_caching=bool(server["enable_prefix_caching"]),
+        vllm_version=server["vllm_version"],
+        defaults_used=defaults,
     )
     start = 0.0
     for i, st in enumerate(stages_cfg):
@@ -452,6 +485,21 @@ def _read_experiment(d: Path, root: Path, hw: dict, meta_row, arch_cache, reques
     if requests is not None:
         _fill_from_requests(exp, requests[requests["experiment_id"] == exp.id])
     return exp
+
+
+def _max_position(cfg_json: Path, cache: dict) -> int | None:
+    """The model config's max_position_embeddings (vLLM's default max_model_len), if stated."""
+    key = ("max_position", str(cfg_json))
+    if key not in cache:
+        v = None
+        if cfg_json.exists():
+            c = _load_yaml(cfg_json)
+            c = c.get("text_config", c) if isinstance(c, dict) and "max_position_embeddings" not in c else c
+            m = c.get("max_position_embeddings") if isinstance(c, dict) else None
+            if isinstance(m, int) and not isinstance(m, bool) and m >= 1:
+                v = m
+        cache[key] = v
+    return cache[key]
 
 
 def _request_timeout(cfg, path: Path) -> float | None:
@@ -594,6 +642,10 @@ def load_default() -> GroundTruth:
     for d in t["experiments"]:
         stages = [Stage(**s) for s in d.pop("stages")]
         e = Experiment(**d, stages=stages)
+        # the table keeps a server setting only where it differs from the value every shared
+        # experiment had (`_plain`); the others are named as that value
+        e.defaults_used = [f"{_CONFIG_KEY[k]}={_yaml_value(getattr(e, k))} (not in the embedded table: the shared "
+                           "experiments' setting)" for k in _LEGACY_SERVER if k not in d]
         k = kernels.get(kernel_key(e))
         if k is None:
             e.kernel_missing = f"measured components need kernel tables for {kernel_key(e)} in the embedded table"

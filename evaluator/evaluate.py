@@ -25,6 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from evaluator import physics
+from evaluator.server_config import sim_limits
 from evaluator.components import COMPONENT_INDEX, COMPONENTS, MEASURED_NAMES, MODEL_FIELDS, SPREAD_NAMES
 from evaluator.data import GroundTruth, per_token_time
 from evaluator.holdout import (KINDS, Split, holdout_scores, make_split, reuses_main_overheads, split_by_label,
@@ -51,15 +52,17 @@ REFERENCE_SEED = "roofline"  # the physical program whose calibrated states seed
 IDENTIFY_ROWS = 5000  # evenly spaced fitting states for the identifiability report (~20 ms a group)
 MOSTLY_FAILED = 0.5  # a stage whose measured failure fraction is above this is scored on it alone
 
-def _edge_states(kv_tokens: float, max_len: float = physics.DEFAULT_MAX_MODEL_LEN) -> np.ndarray:
+def _edge_states(kv_tokens: float, max_len: float = physics.DEFAULT_MAX_MODEL_LEN, max_seqs: int = 128,
+                 budget: int = 2048) -> np.ndarray:
     """A grid of batch states at the edges of what a simulation can visit: KV held from one
-    block up to what the batch can hold (the cache, or every request at max_model_len)."""
+    block up to what the batch can hold (the cache, or every request at max_model_len);
+    prefill chunks up to the token budget, decodes up to max_num_seqs (the experiment's)."""
     out = []
-    for P in (0, 1, 16, 256, 2048):
+    for P in sorted({p for p in (0, 1, 16, 256, budget) if p <= budget}):
         for n_p in (0, 1, 8):
-            if (P == 0) != (n_p == 0) or P < n_p:
+            if (P == 0) != (n_p == 0) or P < n_p or n_p > max_seqs:
                 continue
-            for D in (0, 1, 8, 64, 128 - n_p):
+            for D in sorted({d for d in (0, 1, 8, 64, max_seqs - n_p) if d <= max_seqs - n_p}):
                 if P + D == 0:
                     continue
                 most = min(kv_tokens, (n_p + D) * max_len)
@@ -140,7 +143,12 @@ class Evaluator:
         wl = self.wl[e.id]
         t = wl.arrival_us / 1e6
         cut = np.array([s.start_s + self.train_fraction * s.duration_s for s in e.stages])
-        return t < cut[wl.stage]
+        train = t < cut[wl.stage]
+        for s in e.stages:  # a burst (every request at one instant) splits by send order instead
+            idx = np.flatnonzero(wl.stage == s.index)
+            if len(idx) > 1 and t[idx].min() == t[idx].max():
+                train[idx] = np.arange(len(idx)) < math.ceil(self.train_fraction * len(idx))
+        return train
 
     def _failed_mask(self, e) -> np.ndarray:
         """Requests that failed in the measurement (none in spec mode: see `_measured_failure`)."""
@@ -216,7 +224,7 @@ class Evaluator:
     def _state_probes(self, e, states: np.ndarray) -> np.ndarray:
         """Components of a subsample of recorded states plus the edge grid of one experiment."""
         st = states[subsample(len(states), 1000)]
-        edges = _edge_states(e.kv_blocks * e.block_size, getattr(e, "max_model_len", physics.DEFAULT_MAX_MODEL_LEN))
+        edges = _edge_states(e.kv_blocks * e.block_size, e.max_model_len, e.max_num_seqs, e.max_batched_tokens)
         return np.vstack([states_to_components(st, self.mv[e.id]), states_to_components(edges, self.mv[e.id])])
 
     def _probes(self, group_exps) -> np.ndarray:
@@ -354,7 +362,7 @@ class Evaluator:
         mv = self.mv[e.id] if measured else self.mv_arch[e.id]
         return simulate(f, consts, mv, self.wl[e.id], e.kv_blocks, e.max_num_seqs,
                         e.max_batched_tokens, e.block_size, max_steps=limit, record=record,
-                        timeout_us=self._timeout() if timeouts else 0.0, spread=spread)
+                        timeout_us=self._timeout() if timeouts else 0.0, spread=spread, **sim_limits(e))
 
     def _timeout(self) -> float | None:
         """The simulate() timeout: each workload's client timeout, or 0 (none) when turned off.
@@ -626,6 +634,8 @@ class Evaluator:
                     "finished": int(oc.get("finished", 0)), "timed_out": int(oc.get("timed_out", 0)),
                     "meas_fail": mfail, "pred_fail": pfail,
                     "fail_err_pts": None if mfail is None else 100.0 * abs(pfail - mfail),
+                    # server settings no file of the experiment stated (evaluator.server_config)
+                    "defaults_used": e.defaults_named,
                 })
                 scores.append(row)
         # per-step scoring on the real step rows
@@ -688,7 +698,7 @@ class Evaluator:
             wl = self.wl[e.id]
             r = simulate(f, c, self.mv[e.id], wl, e.kv_blocks, e.max_num_seqs, e.max_batched_tokens,
                          e.block_size, max_steps=MAX_STEPS, record=True, breakdown=True, timeout_us=self._timeout(),
-                         spread=not SPREAD_NAMES.isdisjoint(program.params))
+                         spread=not SPREAD_NAMES.isdisjoint(program.params), **sim_limits(e))
             if not r.ok:
                 raise ValueError(f"{e.id}: the simulation with the fitted constants failed (status {r.status})")
             mask = self._part(e, "test")

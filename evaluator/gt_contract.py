@@ -40,6 +40,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
                       model_validator)
 
 from evaluator.errors import DataError
+from evaluator.server_config import limit_error
 
 # Poisson arrivals one experiment may ask the simulator for: the real data has at most 12,000
 # per stage; a profile asking for a billion (rate 1e6 for 20 min) needs ~9 GiB.
@@ -70,13 +71,18 @@ class _Doc(BaseModel):
 
 # exp-config.yaml (the server)
 class ExpConfig(_Doc):
+    """vLLM's own argument names; every one optional but the model (evaluator.server_config
+    names the default taken for each one missing)."""
     model: Annotated[StrictStr, Field(min_length=1)]
-    tensor_parallelism: Annotated[StrictInt, Field(ge=1, le=1024)]
+    tensor_parallelism: Annotated[StrictInt, Field(ge=1, le=1024)] = None
     max_model_len: Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)] = None
     max_num_batched_tokens: Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)] = None
     max_num_seqs: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = None
     block_size: Annotated[StrictInt, Field(ge=1, le=65_536)] = None
     kv_blocks_total_gpu: Annotated[StrictInt, Field(ge=1, le=MAX_COUNT)] = None
+    enable_chunked_prefill: StrictBool = None
+    enable_prefix_caching: StrictBool = None
+    vllm_version: Annotated[StrictStr, Field(min_length=1, max_length=100)] = None
 
 
 # profile.yaml (the load generator)
@@ -354,6 +360,10 @@ TABLES: dict[str, tuple[Column, ...]] = {
     ),
     "replay-meta": (
         Column(name="cfg_kv_blocks_total_gpu", integer=True, lo=1, hi=MAX_COUNT),
+        Column(name="cfg_tensor_parallelism", integer=True, lo=1, hi=1024, missing_ok=True),
+        Column(name="cfg_max_num_seqs", integer=True, lo=1, hi=1_000_000, missing_ok=True),
+        Column(name="cfg_max_num_batched_tokens", integer=True, lo=1, hi=MAX_TOKENS, missing_ok=True),
+        Column(name="cfg_block_size", integer=True, lo=1, hi=65_536, missing_ok=True),
     ),
 }
 
@@ -424,6 +434,7 @@ _SERVER_FIELDS = (("tp", "tensor_parallelism", "exp-config.yaml"),
                   ("max_num_seqs", "max_num_seqs", "exp-config.yaml"),
                   ("max_batched_tokens", "max_num_batched_tokens", "exp-config.yaml"),
                   ("block_size", "block_size", "exp-config.yaml"),
+                  ("max_model_len", "max_model_len", "exp-config.yaml"),
                   ("prompt_pool", "data.shared_prefix (groups x prompts per group)", "profile.yaml"))
 _STAGE_MEANS = (("e2e_s", "successes.latency.request_latency.mean"),
                 ("ttft_s", "successes.latency.time_to_first_token.mean"),
@@ -451,6 +462,14 @@ def _check_experiment(gt, e) -> None:
         v = getattr(e, attr)
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise DataError(f"{_where(gt, e.id, fname)}: field '{field}' must be an integer >= 1, got {v!r}")
+    for attr, field in (("chunked_prefill", "enable_chunked_prefill"), ("prefix_caching", "enable_prefix_caching")):
+        if not isinstance(getattr(e, attr), (bool, np.bool_)):
+            raise DataError(f"{_where(gt, e.id, 'exp-config.yaml')}: field '{field}' must be true or false, "
+                            f"got {getattr(e, attr)!r}")
+    bad = limit_error(e.max_num_seqs, e.max_batched_tokens, e.max_model_len, bool(e.chunked_prefill), e.kv_blocks,
+                      e.block_size)
+    if bad is not None:
+        raise DataError(f"{_where(gt, e.id, 'exp-config.yaml')}: field '{bad[0]}' {bad[1]}")
     if e.output_len < 0 or e.system_prompt_len < 0 or e.question_len < 0:
         raise DataError(f"{_where(gt, e.id, 'profile.yaml')}: field 'data.shared_prefix' lengths must be >= 0")
     arrivals = 0.0

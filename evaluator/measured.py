@@ -65,7 +65,7 @@ MEASURED_DOCS = {row.name: row.doc for row in MEASURED_BLOCK.rows}
 PEAK_TIME_COMPONENTS: tuple[str, ...] = tuple(c for c in COMPONENTS if c.startswith("t_") and c not in MEASURED_INDEX
                                               and c not in SPREAD_NAMES)
 
-MAX_MODEL_LEN = 4096  # every experiment here; exp-config.yaml max_model_len
+MAX_MODEL_LEN = None  # None: the model's experiments' own max_model_len (the largest), from their data
 GRID_CHUNKS = (0, 512, 2048)
 
 
@@ -112,7 +112,7 @@ def mha_decode_ratio(tables: kt.KernelTables, flat: np.ndarray, nq_all: int, nkv
 
 
 def component_grid(gt: GroundTruth, model: str, tables: kt.KernelTables | None = None,
-                   max_model_len: int = MAX_MODEL_LEN) -> list[dict]:
+                   max_model_len: int | None = MAX_MODEL_LEN) -> list[dict]:
     """Peak-speed and measured components on a grid of batch states, with the measured step
     cycles nearest each grid point (for `evolve components` and the report): decodes up to
     max_num_seqs, contexts up to max_model_len, prefill chunks up to 2,048 (one request's chunk).
@@ -126,6 +126,8 @@ def component_grid(gt: GroundTruth, model: str, tables: kt.KernelTables | None =
         raise DataError(e.kernel_missing or f"no kernel tables for {model}")
     mv = np.concatenate([e.model_vec(gt.hardware)[:len(MODEL_FIELDS)], flat])
     max_seqs = max(x.max_num_seqs for x in exps)
+    if max_model_len is None:
+        max_model_len = max(int(x.max_model_len) for x in exps)
     decodes = sorted({1, 8, 32, max_seqs // 2, max_seqs})
     contexts = sorted({128, 512, 1024, max_model_len // 2, max_model_len})
     chunks = [c for c in GRID_CHUNKS if c <= max(x.max_batched_tokens for x in exps)]

@@ -39,9 +39,9 @@ import numpy as np
 
 from evaluator.components import (COMPONENT_INDEX, MEASURED_NAMES, N_COMPONENTS, components_for_model_spread,
                                   mean_context)
+from evaluator.server_config import DEFAULT_MAX_MODEL_LEN  # noqa: F401 (re-exported; each experiment carries its own)
 from evaluator.step_scoring import predict_rows
 
-DEFAULT_MAX_MODEL_LEN = 4096  # vLLM max_model_len of every shared experiment (exp-config.yaml)
 REL_TOL = 1e-9  # float noise allowed below the floor / along a line of growing work
 
 _CI = COMPONENT_INDEX
@@ -109,7 +109,7 @@ def extrapolation_grid(experiment, model_vec: np.ndarray) -> np.ndarray:
     T = float(experiment.max_batched_tokens)
     blk = int(experiment.block_size)
     cap = float(experiment.kv_blocks * experiment.block_size)
-    max_len = float(getattr(experiment, "max_model_len", DEFAULT_MAX_MODEL_LEN))
+    max_len = float(getattr(experiment, "max_model_len", DEFAULT_MAX_MODEL_LEN))  # the experiment's
 
     def k_max(B, k_lo):
         """Most KV tokens B running requests can hold: the cache, or B full-length contexts."""
@@ -125,6 +125,8 @@ def extrapolation_grid(experiment, model_vec: np.ndarray) -> np.ndarray:
     # P lines: n_prefill in {1, 4}; D = n_decode in a few levels; K low/full; B tight/full.
     for n_p in (1.0, 4.0):
         for D in (0.0, 1.0, 32.0, S - n_p):
+            if D < 0 or D > S - n_p:  # no more decodes than max_num_seqs leaves (never a negative count)
+                continue
             ps = [p for p in p_levels if n_p <= p <= T - D]
             if T - D >= n_p:
                 ps = sorted(set(ps) | {T - D})
@@ -139,6 +141,8 @@ def extrapolation_grid(experiment, model_vec: np.ndarray) -> np.ndarray:
                     lines.append(line)
     # D lines with n_decode fixed, and D+n_decode lines (one more decoding request).
     for P, n_p in ((0.0, 0.0), (1.0, 1.0), (512.0, 1.0), (1024.0, 4.0)):
+        if P > T or n_p > S:  # a chunk above the token budget is never scheduled: D = T - P < 0 is no state
+            continue
         top = min(S - n_p, T - P)
         ds = sorted({d for d in d_levels if d <= top} | {top})
         k_lo = _k_min(P, top, blk)
@@ -165,7 +169,7 @@ def extrapolation_grid(experiment, model_vec: np.ndarray) -> np.ndarray:
     # K lines and B lines over a few mixed and pure batches.
     for P, n_p in ((0.0, 0.0), (16.0, 1.0), (T / 2.0, 1.0), (T, 1.0), (T / 2.0, 4.0)):
         for D in (0.0, 1.0, 8.0, 64.0, S - max(n_p, 1.0)):
-            if P + D == 0 or P + D > T or n_p + D > S:
+            if P + D == 0 or P + D > T or n_p + D > S or D < 0:
                 continue
             k_lo = _k_min(P, D, blk)
             for B in sorted({n_p + D, S}):
@@ -176,6 +180,8 @@ def extrapolation_grid(experiment, model_vec: np.ndarray) -> np.ndarray:
     # ctx_max lines: the same decoding batch and KV held, its longest context from the mean up to
     # what the others leave it (a wider spread of contexts must not make a step faster)
     for D in (8.0, 64.0, S):
+        if D > S or D > T:
+            continue
         for K in (D * 512.0, D * 1024.0):
             if K > cap:
                 continue

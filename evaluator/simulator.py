@@ -1,13 +1,23 @@
 """A numba-compiled discrete-step simulation of the vLLM V1 scheduler, driven by a candidate.
 
-Per step (docs/architecture.md, fact 1): every running request is scheduled in order (a decode takes
-1 token, an unfinished prefill takes a chunk of the remaining budget); the rest of the
-2048-token budget admits waiting requests FCFS while fewer than max_num_seqs run, with
-chunked prefill. KV blocks of 16 tokens are allocated as tokens are scheduled; when a running
-request cannot get a block the most recently admitted running request is preempted (its
-blocks freed, recomputed later from the front of the queue).
+Per step (docs/architecture.md, fact 1), as `Scheduler.schedule` does at
+vllm-project/vllm@00024d314514900f361ad072af6931e403b7f589 (vllm/v1/core/sched/scheduler.py):
+every running request is scheduled in order while the token budget lasts (a decode takes 1
+token, an unfinished prefill a chunk of what is left of the budget); the rest of the budget
+(`max_num_batched_tokens`, the experiment's) admits waiting requests FCFS while fewer than
+max_num_seqs run. A prompt longer than the budget is prefilled in chunks over several steps;
+with chunked prefill off (`chunked_prefill=False`) a waiting request whose remaining prompt
+does not fit the budget left stops admission for the step, as vLLM's `break` does (vLLM
+refuses to start with a budget below max_model_len then, so every admissible prompt fits an
+empty step). A request whose prompt + output exceeds max_model_len fails at once without load
+(vLLM's input validation; `SimResult.rejected`). KV blocks of the experiment's block size are
+allocated as tokens are scheduled; when a running request cannot get a block the most
+recently admitted running request is preempted (its blocks freed, recomputed later from the
+front of the queue). No count ever goes negative and a step never schedules more tokens than
+the budget or runs more than max_num_seqs requests (a Hypothesis property test,
+tests/test_server_config.py).
 
-Prefix caching, two modes (`prefix_cache=`):
+Prefix caching, three modes (`prefix_cache=`; "off" is vLLM with prefix caching disabled: no hits):
 - "lru" (default when the workload carries prompt identity): vLLM V1's block pool
   (`evaluator/kv_cache.py`): full blocks keep their hashes in an LRU free queue until a new
   allocation evicts them, shared blocks are reference-counted, and a request scheduled from
@@ -72,14 +82,14 @@ T_PREEMPT = 7  # ... extra cost of preempted requests' recompute, and its own re
 RESTART_HIT = 8  # tokens served from the cache on restarts after preemption
 N_REQ_STATS = 9
 
-PREFIX_MODES = ("auto", "lru", "always-hit")
+PREFIX_MODES = ("auto", "lru", "always-hit", "off")
 MEMO = 1 << 15  # slots of the steady steps' cycle memo (open addressing, filled to 3/4 at most)
 
 _F1 = numba.float64[::1]
 _I1 = numba.int64[::1]
 _SIM_ARGS = (PREDICTOR_TYPE, _F1, _F1, _F1, _I1, _I1, _I1, numba.int64, numba.int64, numba.int64,
              numba.int64, numba.int64, numba.boolean,
-             numba.boolean, _I1, _I1, _I1, numba.int64, numba.boolean, numba.float64, numba.boolean, numba.boolean)
+             numba.boolean, _I1, _I1, _I1, numba.int64, numba.boolean, numba.float64, numba.boolean, numba.boolean, numba.boolean)
 
 
 @numba.njit(cache=True, inline="always")
@@ -111,7 +121,7 @@ def _next_event(blocks, computed, n_cached, fin_at, block, lru, s, n_shared):
 @numba.njit(_SIM_ARGS, cache=True, error_model="numpy")
 def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_len,
               kv_blocks, max_seqs, max_tokens, block, max_steps, record,
-              lru, n_sys, grp_c, prm_c, ubase, breakdown, timeout_us, fast, spread):
+              lru, n_sys, grp_c, prm_c, ubase, breakdown, timeout_us, fast, spread, chunked):
     n = arrival_us.shape[0]
     first_us = np.full(n, -1.0)
     done_us = np.full(n, -1.0)
@@ -402,6 +412,8 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 start = n_hit * block
             elif generated[r] == 0 and cached_len[r] > 0:
                 start = cached_len[r]
+            if not chunked and target[r] - start > budget:
+                break  # vLLM without chunked prefill: the whole prompt in one step, or wait
             want = min(target[r] - start, budget)
             need = (start + want + block - 1) // block
             if lru:
@@ -667,6 +679,7 @@ class SimResult:
     prefix_cache: str = "always-hit"  # the mode that ran
     breakdown: bool = False  # whether the T_* columns were filled
     timed_out: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # aborted by the client timeout
+    rejected: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # longer than max_model_len: failed
 
     @property
     def ok(self) -> bool:
@@ -674,9 +687,10 @@ class SimResult:
 
     @property
     def aborted(self) -> np.ndarray:
-        """Per request: aborted by the client timeout (all False for a result made without
-        the mask)."""
-        return self.timed_out if len(self.timed_out) else np.zeros(len(self.e2e_us), bool)
+        """Per request: failed for the client: aborted by its timeout or rejected by the server
+        (longer than max_model_len); all False for a result made without the masks."""
+        out = self.timed_out if len(self.timed_out) else np.zeros(len(self.e2e_us), bool)
+        return out | self.rejected if len(self.rejected) else out
 
     @property
     def n_evictions(self) -> int:
@@ -700,20 +714,27 @@ def _content_ids(wl: Workload, block: int):
 def simulate(predict, consts, model_vec, wl: Workload, kv_blocks: int, max_seqs: int = 128,
              max_tokens: int = 2048, block: int = 16, max_steps: int = 5_000_000,
              record: bool = False, prefix_cache: str = "auto", breakdown: bool = False,
-             timeout_us: float | None = None, fast: bool = True, spread: bool = False) -> SimResult:
+             timeout_us: float | None = None, fast: bool = True, spread: bool = False,
+             max_model_len: int | None = None, chunked_prefill: bool = True) -> SimResult:
     """Run one experiment; `predict` is a numba function of signature PREDICTOR_TYPE.
 
-    prefix_cache: "lru" (vLLM's block pool), "always-hit" (the workload's cached_len), or
-    "auto" = lru when the workload carries prompt identity, else always-hit. breakdown=True
-    fills the per-request time attribution read by `time_breakdown_by_stage`.
+    prefix_cache: "lru" (vLLM's block pool), "always-hit" (the workload's cached_len),
+    "auto" = lru when the workload carries prompt identity, else always-hit, or "off" (vLLM
+    with prefix caching disabled: no hits; the pool less its null block, as lru).
+    breakdown=True fills the per-request time attribution read by `time_breakdown_by_stage`.
     timeout_us: the client timeout (module docstring); None = the workload's, 0 = none.
     fast=False runs every step through the general step (the steady-decode stretches off):
     the same result, bit for bit, only slower; tests compare the two.
     spread=True: the program reads the longest decoding context (ctx_max, t_decode_kv_max), so
     steps of members alone are not looked up by (batch, blocks), which do not determine it.
+    max_model_len: a request whose prompt + output exceeds it fails at once (vLLM answers 400;
+    `SimResult.rejected`, E2E and TTFT 0) and puts no load on the server; None = no limit.
+    chunked_prefill=False: a waiting request is admitted only when its whole remaining prompt
+    fits the step's token budget (vLLM's scheduler stops admitting at the first that does not).
     """
     if prefix_cache not in PREFIX_MODES:
         raise ValueError(f"prefix_cache must be one of {PREFIX_MODES}, not {prefix_cache!r}")
+    off = prefix_cache == "off"
     lru = prefix_cache == "lru" or (prefix_cache == "auto" and wl.prompt_id is not None)
     f8 = lambda a: np.require(a, np.float64, ["C", "W"])  # noqa: E731
     i8 = lambda a: np.require(a, np.int64, ["C", "W"])  # noqa: E731
@@ -721,17 +742,30 @@ def simulate(predict, consts, model_vec, wl: Workload, kv_blocks: int, max_seqs:
     timeout = float(wl.timeout_us if timeout_us is None else timeout_us)
     if not timeout >= 0.0:
         raise ValueError(f"timeout_us must be >= 0 (0 = none), not {timeout!r}")
+    n = len(wl.arrival_us)
+    rejected = np.zeros(n, bool)
+    if max_model_len is not None:
+        rejected = np.asarray(wl.prompt_len, np.int64) + np.asarray(wl.gen_len, np.int64) > int(max_model_len)
+    keep = np.flatnonzero(~rejected) if rejected.any() else slice(None)
+    cached = np.zeros(n, np.int64) if off else wl.cached_len
+    sub = lambda a: i8(np.asarray(a)[keep])  # noqa: E731
     status, first, done, n_steps, n_pre, rec, stats, timed_out = _simulate(
-        predict, f8(consts), f8(model_vec), f8(wl.arrival_us), i8(wl.prompt_len), i8(wl.cached_len),
-        i8(wl.gen_len), int(kv_blocks), int(max_seqs), int(max_tokens),
+        predict, f8(consts), f8(model_vec), f8(np.asarray(wl.arrival_us)[keep]), sub(wl.prompt_len), sub(cached),
+        sub(wl.gen_len), int(kv_blocks) - (1 if off else 0), int(max_seqs), int(max_tokens),
         int(block), int(max_steps), bool(record),
-        bool(lru), i8(n_sys), i8(grp_c), i8(prm_c), int(ubase), bool(breakdown),
-        timeout if np.isfinite(timeout) else 0.0, bool(fast), bool(spread))
+        bool(lru and not off), sub(n_sys), sub(grp_c), sub(prm_c), int(ubase), bool(breakdown),
+        timeout if np.isfinite(timeout) else 0.0, bool(fast), bool(spread), bool(chunked_prefill))
     if timed_out.any():  # what the client recorded: it gave up at the timeout
         first = np.where(timed_out & ((first < 0) | (first > timeout)), timeout, first)
         done = np.where(timed_out, timeout, done)
+    if rejected.any():  # back to one entry per request of the workload
+        full = lambda a, fill: np.full((n,) + a.shape[1:], fill, a.dtype)  # noqa: E731
+        first2, done2, to2, st2 = full(first, 0.0), full(done, 0.0), full(timed_out, False), full(stats, 0.0)
+        first2[keep], done2[keep], to2[keep], st2[keep] = first, done, timed_out, stats
+        first, done, timed_out, stats = first2, done2, to2, st2
+    mode = "off" if off else "lru" if lru else "always-hit"
     return SimResult(int(status), first, done, int(n_steps), int(n_pre), rec, stats,
-                     "lru" if lru else "always-hit", bool(breakdown), timed_out)
+                     mode, bool(breakdown), timed_out, rejected)
 
 
 def outcomes_by_stage(result: SimResult, wl: Workload, mask=None) -> list[dict]:
