@@ -140,7 +140,7 @@ def cmd_blis_compare(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from evolve.blis_compare import BlisCompareError, compare, read_results, summary
+    from evolve.blis_compare import BlisCompareError, compare_all, read_results, summary
     try:
         found = read_results(args.results_dir)
     except BlisCompareError as e:
@@ -153,14 +153,15 @@ def cmd_blis_compare(args) -> int:
     gt = _load(args.data)
     names = [f"blis:{m}" for m in found]
     try:
-        rows, skipped = compare(gt, {f"blis:{m}": files for m, files in found.items()}, args.train_fraction)
+        rows, skipped, failed = compare_all(gt, {f"blis:{m}": files for m, files in found.items()},
+                                            args.train_fraction)
     except BlisCompareError as e:
         _fail(str(e))
     if args.program is not None:
         names.append(_add_program(rows, args.archive, args.program, skipped))
     if args.json:
-        print(json.dumps(clean_json({"rows": rows, "summary": summary(rows, names), "not_compared": skipped}),
-                         indent=1, allow_nan=False))
+        print(json.dumps(clean_json({"rows": rows, "summary": summary(rows, names), "not_compared": skipped,
+                                     "failed": failed}), indent=1, allow_nan=False))
         return 0
     t = Table(title="errors per experiment and stage (held-out part): BLIS replays"
               + (" vs StepEvolve's simulator" if args.program is not None else ""), header_style="bold")
@@ -187,7 +188,50 @@ def cmd_blis_compare(args) -> int:
             con.print(line, markup=False, highlight=False, soft_wrap=True)
     else:
         con.print("every stage compared for every source", highlight=False)
+    _print_failed(con, failed, [n for n in names if n.startswith("blis:")])
     return 0
+
+
+def _print_failed(con, failed: list[dict], sources: list[str]) -> None:
+    """The failed-request table: every experiment where the measurement or a BLIS replay has failures."""
+    from rich.table import Table
+    show = {x["experiment"] for x in failed if x["stage"] is None
+            and (x["failed_meas"] or any(x.get(f"{n}:failed") for n in sources))}
+    if not show:
+        con.print("failed requests: none, measured or in BLIS", highlight=False)
+        return
+    t = Table(title="failed requests, every request sent (measured: the client timed out; BLIS: no result, "
+                    "i.e. timed out at deadline_us or dropped)", header_style="bold")
+    for c in ("experiment", "stage", "requests", "failed\nmeasured"):
+        t.add_column(c, justify="left" if c == "experiment" else "right")
+    for n in sources:
+        t.add_column(f"failed\n{n}", justify="right")
+        t.add_column(f"vs measured\n{n}", justify="right")
+    n_stages = {}
+    for x in failed:
+        if x["stage"] is not None:
+            n_stages[x["experiment"]] = n_stages.get(x["experiment"], 0) + 1
+    for x in failed:  # a one-stage experiment's stage row repeats its "all" row
+        if x["experiment"] not in show or (x["stage"] is not None and n_stages[x["experiment"]] == 1):
+            continue
+        cells = []
+        for n in sources:
+            b = x.get(f"{n}:failed")
+            cells += ["—" if b is None else str(b),
+                      "—" if b is None or not x["failed_meas"] else f"{100 * (b - x['failed_meas']) / x['failed_meas']:+.1f}%"]
+        t.add_row(x["experiment"], "all" if x["stage"] is None else str(x["stage"]), str(x["requests"]),
+                  str(x["failed_meas"]), *cells)
+    con.print(t)
+    for x in failed:
+        for n in sources:
+            c = x.get(f"{n}:blis_counts")
+            if x["experiment"] in show and x["stage"] is None and c:
+                con.print(f"{x['experiment']} ({n}) BLIS counters: "
+                          + ", ".join(f"{k} {v}" for k, v in c.items()), highlight=False, soft_wrap=True)
+    quiet = len({x["experiment"] for x in failed}) - len(show)
+    if quiet:
+        con.print(f"no failed request in the other {quiet} experiment(s): none measured, none in BLIS "
+                  "where it has results", highlight=False)
 
 
 # ----------------------------------------------------------------- registration

@@ -18,6 +18,19 @@ goes into `not_compared` with the reason, e.g.
 
 `stage` is None for a whole experiment (or a results file the data does not know), `source`
 None where no source could be compared (no reported requests in the data).
+
+Failed requests (`compare_all`, third part): per experiment (stage None) and per load stage, over
+*every* request sent (not only the reported part: BLIS replays them all), the measured failures
+(`has_error`: the client gave up at its timeout) against BLIS's, i.e. the requests of the trace
+with no entry in BLIS's results file (BLIS writes finished requests only). With the exported
+deadlines and horizon those are the requests BLIS timed out at deadline_us (or dropped as larger
+than the KV cache); the experiment row adds BLIS's own counters from stdout-<model>.txt
+(`timed_out_requests`, `dropped_unservable`, `still_queued`, `still_running`) where replay.sh wrote
+it, so the split is visible:
+
+    rows, skipped, failed = compare_all(gt, results)
+    failed[0] == {"experiment": "...", "stage": None, "requests": 4800, "failed_meas": 4068,
+                  "blis:evolved:failed": 4139, "blis:evolved:blis_counts": {"timed_out_requests": 4139, ...}}
 """
 from __future__ import annotations
 
@@ -31,10 +44,12 @@ import numpy as np
 from evaluator.data import GroundTruth, per_token_time
 from evaluator.evaluate import Evaluator
 
-__all__ = ["BlisCompareError", "read_results", "compare", "compare_rows", "not_compared_entry", "summary",
-           "RESULTS_PREFIX"]
+__all__ = ["BlisCompareError", "read_results", "compare", "compare_all", "compare_rows", "not_compared_entry",
+           "summary", "blis_counts", "RESULTS_PREFIX", "BLIS_COUNTERS"]
 
 RESULTS_PREFIX = "results-"
+# BLIS's aggregate metrics (its stdout JSON) that say what became of the requests it did not finish
+BLIS_COUNTERS = ("completed_requests", "timed_out_requests", "dropped_unservable", "still_queued", "still_running")
 
 
 class BlisCompareError(ValueError):
@@ -61,6 +76,26 @@ def _load(path: Path) -> dict[int, tuple[float, float]]:
         return {int(r["request_id"]): (float(r["ttft_us"]), float(r["e2e_us"])) for r in data}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise BlisCompareError(f"{path}: not a BLIS --results-path file ({e})") from None
+
+
+def blis_counts(stdout_path: Path) -> dict[str, int] | None:
+    """BLIS's request counters (BLIS_COUNTERS) from the first JSON object of its stdout, as
+    replay.sh saves it (stdout-<model>.txt); None when the file is absent or has no such object."""
+    try:
+        text = Path(stdout_path).read_text()
+    except OSError:
+        return None
+    start = text.find("{")
+    while start >= 0:
+        try:
+            obj, _ = json.JSONDecoder().raw_decode(text, start)
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        if isinstance(obj, dict) and "timed_out_requests" in obj:
+            return {k: int(obj[k]) for k in BLIS_COUNTERS if isinstance(obj.get(k), (int, float))}
+        start = text.find("{", start + 1)
+    return None
 
 
 def _err(pred: float, meas: float) -> float | None:
@@ -90,11 +125,37 @@ def compare(gt: GroundTruth, results: Mapping[str, Mapping[str, Path]],
     """(rows, not_compared). One row per experiment x stage with the measured means and, per
     latency model, BLIS's means and errors (keys '<model>:e2e_err' etc.); not_compared lists
     every stage, source or results file left out, with the reason (not_compared_entry)."""
+    rows, skipped, _ = compare_all(gt, results, train_fraction)
+    return rows, skipped
+
+
+def _failed_entries(e, stages: np.ndarray, ok: np.ndarray, ids: np.ndarray, sims: Mapping[str, dict],
+                    results: Mapping[str, Mapping[str, Path]]) -> list[dict]:
+    """The failed-request counts of one experiment: the whole experiment, then each stage."""
+    out = []
+    for stage in (None, *(s.index for s in e.stages)):
+        m = np.ones(len(ids), bool) if stage is None else stages == stage
+        d = {"experiment": e.id, "stage": stage, "requests": int(m.sum()), "failed_meas": int((~ok[m]).sum())}
+        for name in results:
+            sim = sims.get(name)
+            d[f"{name}:failed"] = None if sim is None else int(sum(int(i) not in sim for i in ids[m]))
+            if stage is None:
+                d[f"{name}:blis_counts"] = (None if sim is None else
+                                            blis_counts(results[name][e.id].parent / f"stdout-{name.split(':', 1)[-1]}.txt"))
+        out.append(d)
+    return out
+
+
+def compare_all(gt: GroundTruth, results: Mapping[str, Mapping[str, Path]],
+                train_fraction: float = 0.7) -> tuple[list[dict], list[dict], list[dict]]:
+    """(rows, not_compared, failed): compare()'s two parts and the failed-request counts (module
+    docstring), one entry per experiment with request rows (stage None) and one per stage."""
     if gt.requests is None:
         raise BlisCompareError(f"{gt.source}: no request traces; BLIS results are per request (trace mode only)")
     ev = Evaluator(gt, train_fraction=train_fraction)
     rows: list[dict] = []
     skipped: list[dict] = []
+    failed: list[dict] = []
     known = {e.id for e in gt.experiments}
     for name, files in results.items():
         for exp_id in sorted(set(files) - known):
@@ -116,6 +177,7 @@ def compare(gt: GroundTruth, results: Mapping[str, Mapping[str, Path]],
         wl = ev.wl[e.id]
         report = ~ev.train_mask[e.id]
         sims = {name: _load(files[e.id]) for name, files in results.items() if e.id in files}
+        failed += _failed_entries(e, wl.stage, ok, ids, sims, results)
         for s in e.stages:
             in_stage = wl.stage == s.index
             sel = report & in_stage & ok
@@ -157,7 +219,7 @@ def compare(gt: GroundTruth, results: Mapping[str, Mapping[str, Path]],
                     skipped.append(not_compared_entry(e.id, s.index, name, "no error for " + ", ".join(bad)
                                                       + ": not a finite value over a nonzero measurement"))
             rows.append(row)
-    return rows, skipped
+    return rows, skipped, failed
 
 
 def summary(rows: list[dict], names: list[str]) -> dict[str, dict[str, float | None]]:

@@ -6,8 +6,15 @@ replays each experiment on the server configuration it was measured on.
 Per experiment: out/<id>/trace.yaml (TraceV2 header) and out/<id>/trace.csv (the 27 columns
 of BLIS's sim/workload/tracev2.go `traceV2Columns`, in that order). out/replay.sh runs every
 replay (`BLIS=path/to/blis LATENCY_MODEL=evolved sh out/replay.sh`, from the BLIS checkout so
-its defaults.yaml and hardware_config.json are found) and records each one's wall time;
-out/experiments.json lists the experiments and the flags, for `evolve blis-compare`.
+its defaults.yaml and hardware_config.json are found; `EXPERIMENTS="ID ..."` runs only those) and
+records each one's wall time; out/experiments.json lists the experiments and the flags, for
+`evolve blis-compare`.
+
+Every replay passes `--horizon` = the trace's latest deadline_us: BLIS's default horizon is twice
+the latest arrival, and BLIS schedules no timeout for a request whose deadline lies past the
+horizon (sim/simulator.go EnqueueRequest), so on a trace shorter than the client timeout a request
+still queued at the horizon would be neither finished nor timed out. With the latest deadline as
+horizon every request ends finished or timed out (BLIS's still_queued and still_running are 0).
 
 How the rows map (the same requests StepEvolve's trace mode replays, evaluator.workload):
     arrival_time_us / send_time_us   measured arrival, microseconds from the experiment start
@@ -25,7 +32,10 @@ How the rows map (the same requests StepEvolve's trace mode replays, evaluator.w
                                      microseconds. BLIS's TraceRecord.DeadlineUs is an *absolute*
                                      time on the arrival clock (0 = no timeout) and becomes
                                      sim.Request.Deadline unchanged, so BLIS times a request out
-                                     where StepEvolve's simulator does (timeout_us after arrival)
+                                     where StepEvolve's simulator does (timeout_us after arrival):
+                                     its TimeoutEvent at deadline_us takes the request out of the
+                                     wait queue or the running batch and frees its KV blocks
+                                     (sim/event.go), as vLLM does when the client disconnects
     first/last_chunk_time_us         measured TTFT / E2E after arrival (informational for BLIS)
     status                           "ok", or "error" for has_error rows when the reader keeps
                                      them: they loaded the real server, so BLIS replays them too;
@@ -157,28 +167,38 @@ def _rows(e: Experiment, req: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({c: cols[c] for c in TRACE_COLUMNS})
 
 
-def _script(entries: list[tuple[str, ReplayFlags]]) -> str:
+def _script(entries: list[tuple[str, ReplayFlags, int]]) -> str:
     lines = ["#!/bin/sh",
              "# Replays every experiment through BLIS (written by `evolve export-blis-traces`).",
              "# Run from the BLIS checkout (defaults.yaml, hardware_config.json):",
              "#   BLIS=./blis LATENCY_MODEL=evolved sh OUT/replay.sh",
-             "# Results: OUT/<experiment>/results-$LATENCY_MODEL.json (BLIS --results-path),",
-             "# wall time per replay: OUT/wall-$LATENCY_MODEL.tsv. Then: evolve blis-compare OUT --data DIR",
+             '#   EXPERIMENTS="ID ..." (space-separated experiment ids) replays only those.',
+             "# Results: OUT/<experiment>/results-$LATENCY_MODEL.json (BLIS --results-path), BLIS's",
+             "# metrics (timed_out_requests, ...) in OUT/<experiment>/stdout-$LATENCY_MODEL.txt, wall time",
+             "# per replay: OUT/wall-$LATENCY_MODEL.tsv. Then: evolve blis-compare OUT --data DIR",
+             "# --horizon is each trace's latest deadline_us: every request ends finished or timed out.",
              "set -eu",
              'BLIS="${BLIS:-./blis}"',
              'LATENCY_MODEL="${LATENCY_MODEL:-evolved}"',
+             'EXPERIMENTS="${EXPERIMENTS:-}"',
              'OUT="$(cd "$(dirname "$0")" && pwd)"',
              'WALL="$OUT/wall-$LATENCY_MODEL.tsv"',
-             ': > "$WALL"']
-    for exp_id, f in entries:
+             f'KNOWN=" {" ".join(e[0] for e in entries)} "',
+             'for x in $EXPERIMENTS; do case "$KNOWN" in *" $x "*) ;; *) echo "replay.sh: no experiment $x here '
+             '(experiments.json lists them)" >&2; exit 2 ;; esac; done',
+             'wanted() { [ -z "$EXPERIMENTS" ] && return 0; case " $EXPERIMENTS " in *" $1 "*) return 0 ;; esac; return 1; }',
+             '[ -n "$EXPERIMENTS" ] || : > "$WALL"']
+    for exp_id, f, horizon in entries:
         args = " ".join(shlex.quote(a) for a in f.args("LATENCY_MODEL_PLACEHOLDER"))
         args = args.replace("LATENCY_MODEL_PLACEHOLDER", '"$LATENCY_MODEL"')
         d = f'"$OUT/{exp_id}"'
-        lines += [f"t0=$(date +%s.%N)",
+        lines += [f"if wanted {exp_id}; then",
+                  "t0=$(date +%s.%N)",
                   f'"$BLIS" replay --trace-header {d}/trace.yaml --trace-data {d}/trace.csv \\',
-                  f"    {args} \\",
+                  f"    {args} --horizon {int(horizon)} \\",
                   f'    --results-path {d}/results-"$LATENCY_MODEL".json --log error > {d}/stdout-"$LATENCY_MODEL".txt',
-                  f't1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" \'BEGIN {{ printf "{exp_id}\\t%.3f\\n", b - a }}\' >> "$WALL"']
+                  f't1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" \'BEGIN {{ printf "{exp_id}\\t%.3f\\n", b - a }}\' >> "$WALL"',
+                  "fi"]
     return "\n".join(lines) + "\n"
 
 
@@ -196,11 +216,13 @@ def export_blis_traces(gt: GroundTruth, out_dir: str | Path, data_dir: str | Pat
         d = out / e.id
         d.mkdir(parents=True, exist_ok=True)
         (d / "trace.yaml").write_text(_header_yaml(e, f))
-        _rows(e, req).to_csv(d / "trace.csv", index=False, lineterminator="\n")
+        rows = _rows(e, req)
+        rows.to_csv(d / "trace.csv", index=False, lineterminator="\n")
+        horizon = int(rows["deadline_us"].max())
         written += [d / "trace.yaml", d / "trace.csv"]
-        entries.append((e.id, f))
+        entries.append((e.id, f, horizon))
         manifest.append({"experiment": e.id, "model": e.model, "flags": f.__dict__,
-                         "request_timeout_us": timeout_us(e),
+                         "request_timeout_us": timeout_us(e), "horizon_us": horizon,
                          "requests": int(len(req)), "failed": int(req["has_error"].sum())
                          if "has_error" in req.columns else 0})
     if not entries:

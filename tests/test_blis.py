@@ -7,6 +7,8 @@ stub's real field shapes; docs/blis.md has the check against a real BLIS checkou
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -198,6 +200,74 @@ def test_gowork_script_builds_a_blis_shaped_module_offline(tmp_path):
     assert run.stdout == "a: 1\n"
 
 
+# ----------------------------------------------------------------- the real BLIS
+
+BLIS_DIR = os.environ.get("STEPEVOLVE_BLIS_DIR")
+REASONING_7B = "20260217-170634-llama-2-7b-tp1-reasoning"
+
+
+@needs_go
+@pytest.mark.skipif(not BLIS_DIR, reason="STEPEVOLVE_BLIS_DIR is not set: the test needs a checkout of "
+                    "inference-sim/inference-sim (checked at f90a1e3a), which CI cannot fetch (docs/blis.md)")
+@pytest.mark.skipif(not all((_GOCODE / m).is_dir() for m in _DEBIAN_DEPS),
+                    reason="Debian golang-*-dev packages for BLIS's dependencies not installed (docs/blis.md)")
+def test_real_blis_times_out_as_many_7b_reasoning_requests_as_the_client_did(gt, data_dir, tmp_path):
+    """The whole llama-2-7b reasoning experiment (4,800 requests, 4,068 of them timed out at the
+    client's 300 s) replayed through the real BLIS with the exported deadlines and the roofline
+    seed fitted on the llama-2-7b experiments (the program `evolve run` recommends on this data),
+    emitted into a copy of $STEPEVOLVE_BLIS_DIR and built offline (scripts/blis_gowork.sh): BLIS's
+    failed count is within 5% of the measured one. The replay takes about 10 s, so the whole
+    experiment is used, not a subset."""
+    from evaluator.evaluate import Evaluator
+    from evolve.blis_compare import compare_all
+    from evolve.blis_traces import export_blis_traces
+    from go_emit import emit_record
+    if TOOLCHAIN.go_directive != "1.24":
+        pytest.skip(f"BLIS needs Go >= 1.24 (scripts/install_go.sh), found {TOOLCHAIN.version}")
+    src = Path(BLIS_DIR).expanduser().resolve()
+    if not (src / "go.mod").is_file() or not (src / "sim" / "latency" / "latency.go").is_file():
+        pytest.fail(f"STEPEVOLVE_BLIS_DIR={BLIS_DIR}: not a BLIS checkout (no go.mod or sim/latency/latency.go)")
+    blis = tmp_path / "blis"  # a copy: the patch is applied there, never to the given checkout
+    shutil.copytree(src, blis, ignore=lambda d, names: [n for n in names if Path(d) == src and n in (".git", "blis")])
+    # the model: the roofline seed fitted on the llama-2-7b experiments
+    exps = [e for e in gt.experiments if e.model == "llama-2-7b"]
+    ids = {e.id for e in exps}
+    assert REASONING_7B in ids
+    sub = lambda df: None if df is None else df[df["experiment_id"].isin(ids)].reset_index(drop=True)  # noqa: E731
+    g7 = GroundTruth(gt.source, exps, gt.hardware, sub(gt.requests), sub(gt.steps))
+    prog = parse_program(seed_sources()["roofline"])
+    ev = Evaluator(g7).evaluate(prog)
+    assert ev.valid, ev.error
+    code = emit_record({"id": "roofline", "source": prog.source, "evaluation": ev.to_json()}, g7).code
+    apply_in_place(code, blis)
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run(["bash", str(repo / "scripts" / "blis_gowork.sh"), str(blis)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    env = dict(kv.split("=", 1) for kv in out.stdout.strip().removeprefix("export ").split())
+    build = TOOLCHAIN.run([TOOLCHAIN.go, "build", "-o", str(tmp_path / "blis-bin"), "."], cwd=blis,
+                          extra_env=env, timeout=1800)
+    assert build.returncode == 0, build.stdout + build.stderr
+    # the exported trace of the one experiment, replayed by replay.sh from the BLIS tree
+    one = GroundTruth(gt.source, [g7.experiment(REASONING_7B)], gt.hardware,
+                      g7.requests[g7.requests["experiment_id"] == REASONING_7B].reset_index(drop=True), None)
+    traces = tmp_path / "traces"
+    export_blis_traces(one, traces, data_dir)
+    run = subprocess.run(["sh", str(traces / "replay.sh")], cwd=blis, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "BLIS": str(tmp_path / "blis-bin"), "LATENCY_MODEL": "evolved",
+                              "EXPERIMENTS": REASONING_7B})
+    assert run.returncode == 0, run.stdout + run.stderr
+    _, _, failed = compare_all(one, {"blis:evolved": {REASONING_7B: traces / REASONING_7B / "results-evolved.json"}})
+    whole = next(x for x in failed if x["experiment"] == REASONING_7B and x["stage"] is None)
+    counts = whole["blis:evolved:blis_counts"]
+    assert whole["requests"] == 4800 and whole["failed_meas"] == 4068
+    # what BLIS did not finish it timed out at the deadline: nothing dropped, nothing cut by the horizon
+    assert counts["timed_out_requests"] == whole["blis:evolved:failed"], counts
+    assert counts["dropped_unservable"] == counts["still_queued"] == counts["still_running"] == 0, counts
+    off = (whole["blis:evolved:failed"] - whole["failed_meas"]) / whole["failed_meas"]
+    assert abs(off) <= 0.05, f"BLIS failed {whole['blis:evolved:failed']} of 4800, measured 4068 ({off:+.1%})"
+
+
 # ----------------------------------------------------------------- traces
 
 def _small_gt(gt: GroundTruth, n_exps: int = 2) -> GroundTruth:
@@ -235,6 +305,34 @@ def test_export_writes_blis_trace_files_and_replay_flags(gt, data_dir, tmp_path)
         assert flag in script
     assert script.count('"$BLIS" replay') == 2
     assert subprocess.run(["sh", "-n", str(tmp_path / "replay.sh")]).returncode == 0
+    # --horizon: the trace's latest deadline, so BLIS schedules every request's timeout
+    manifest = {x["experiment"]: x for x in json.loads((tmp_path / "experiments.json").read_text())["experiments"]}
+    for x in small.experiments:
+        h = int(pd.read_csv(tmp_path / x.id / "trace.csv")["deadline_us"].max())
+        assert manifest[x.id]["horizon_us"] == h and f" --horizon {h} " in script
+
+
+def test_replay_script_runs_the_experiments_asked_for(gt, data_dir, tmp_path):
+    """EXPERIMENTS="ID ..." replays only those (the script's selection, with `true` as the binary:
+    nothing is simulated here); an id the export does not have stops it with one line."""
+    from evolve.blis_traces import export_blis_traces
+    small = _small_gt(gt)
+    export_blis_traces(small, tmp_path, data_dir)
+    e0, e1 = small.experiments
+
+    def replay(experiments: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", str(tmp_path / "replay.sh")], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "BLIS": "true", "LATENCY_MODEL": "x", "EXPERIMENTS": experiments})
+    assert replay(e1.id).returncode == 0
+    wall = (tmp_path / "wall-x.tsv").read_text().splitlines()
+    assert [w.split("\t")[0] for w in wall] == [e1.id]
+    assert (tmp_path / e1.id / "stdout-x.txt").exists() and not (tmp_path / e0.id / "stdout-x.txt").exists()
+    assert replay(e0.id).returncode == 0  # a selection adds to the wall-time file
+    assert [w.split("\t")[0] for w in (tmp_path / "wall-x.tsv").read_text().splitlines()] == [e1.id, e0.id]
+    assert replay("").returncode == 0  # all of them, the file started afresh
+    assert [w.split("\t")[0] for w in (tmp_path / "wall-x.tsv").read_text().splitlines()] == [e0.id, e1.id]
+    bad = replay(f"{e0.id} nope")
+    assert bad.returncode == 2 and bad.stderr.strip() == "replay.sh: no experiment nope here (experiments.json lists them)"
 
 
 def test_export_carries_the_client_deadline_on_7b_reasoning(gt, data_dir, tmp_path):
@@ -285,6 +383,50 @@ def test_compare_scores_blis_results_like_the_evaluator(gt, tmp_path):
     assert s["slow"]["e2e_mean"] == pytest.approx(0.1, abs=1e-9)
     assert s["slow"]["ttft_mean"] == pytest.approx(0.1, abs=1e-9)
     assert s["slow"]["missing"] == 0  # the first requests are in the fitted part, not reported
+
+
+BLIS_STDOUT = """=== Simulation Metrics ===
+{
+  "instance_id": "cluster",
+  "completed_requests": %d,
+  "still_queued": 0,
+  "still_running": 0,
+  "injected_requests": %d,
+  "e2e_mean_ms": 146885.2975083207,
+  "dropped_unservable": 0,
+  "timed_out_requests": %d
+}
+=== Anomaly Counters ===
+Timed Out Requests: %d
+"""
+
+
+def test_compare_counts_failed_requests_per_experiment_and_stage(gt, tmp_path):
+    """Measured failures (has_error) against BLIS's (requests with no result), over every request
+    sent, per experiment and per stage, with BLIS's own counters from its stdout."""
+    from evolve.blis_compare import blis_counts, compare_all, read_results
+    small = _small_gt(gt)  # request 5 of the first experiment failed
+    _fake_results(small, tmp_path, "exact", 1.0)
+    _fake_results(small, tmp_path, "slow", 1.1, drop=3)
+    e0, e1 = small.experiments
+    n0 = int((small.requests["experiment_id"] == e0.id).sum())
+    (tmp_path / e0.id / "stdout-slow.txt").write_text(BLIS_STDOUT % (n0 - 4, n0, 4, 4))
+    _, _, failed = compare_all(small, read_results(tmp_path))
+    by = {(x["experiment"], x["stage"]): x for x in failed}
+    assert set(by) == {(e.id, st) for e in (e0, e1) for st in (None, *(s.index for s in e.stages))}
+    w0 = by[(e0.id, None)]
+    assert w0["requests"] == n0 and w0["failed_meas"] == 1
+    assert w0["exact:failed"] == 1 and w0["slow:failed"] == 4  # the failed one has no result, 3 more dropped
+    assert w0["slow:blis_counts"] == {"completed_requests": n0 - 4, "timed_out_requests": 4,
+                                      "dropped_unservable": 0, "still_queued": 0, "still_running": 0}
+    assert w0["exact:blis_counts"] is None  # no stdout-exact.txt
+    assert by[(e1.id, None)]["failed_meas"] == 0 and by[(e1.id, None)]["slow:failed"] == 3
+    for e in (e0, e1):  # the stages add up to the experiment
+        for k in ("requests", "failed_meas", "exact:failed", "slow:failed"):
+            assert sum(by[(e.id, s.index)][k] for s in e.stages) == by[(e.id, None)][k]
+    assert blis_counts(tmp_path / "none.txt") is None
+    (tmp_path / "junk.txt").write_text("level=fatal msg=x {not json}\n")
+    assert blis_counts(tmp_path / "junk.txt") is None
 
 
 def test_compare_lists_every_stage_it_could_not_compare(gt, tmp_path):
@@ -352,6 +494,17 @@ def test_compare_cli_lists_what_it_left_out(gt, data_dir, tmp_path, capsys):
     assert f"  {e0.id} stage 0 (blis:exact): no result for any of its" in text
     assert "stage 0 (blis:exact): no results-exact.json for this experiment" in text
     assert " nan" not in text.lower()
+    # failed requests over every request sent: none measured in e0 (the real data), BLIS finished none
+    n0 = int((gt.requests["experiment_id"] == e0.id).sum())
+    whole = next(x for x in out["failed"] if x["experiment"] == e0.id and x["stage"] is None)
+    assert whole["failed_meas"] == 0 and whole["blis:exact:failed"] == n0 and whole["blis:exact:blis_counts"] is None
+    assert all(x["blis:exact:failed"] is None for x in out["failed"]
+               if x["experiment"] not in {e.id for e in small.experiments})
+    assert "failed requests, every request sent" in text
+    r7 = next(x for x in out["failed"] if "llama-2-7b-tp1-reasoning" in x["experiment"] and x["stage"] is None)
+    assert r7["failed_meas"] == 4068 and r7["requests"] == 4800 and r7["blis:exact:failed"] is None
+    assert re.search(rf"{e0.id}\W+all\W+{n0}\W+0\W+{n0}\W+—", text), text
+    assert re.search(rf"{r7['experiment']}\W+all\W+4800\W+4068\W+—\W+—", text), text
 
 
 def test_cli_errors_are_one_line(tmp_path):
