@@ -264,6 +264,21 @@ def schema_state(path: Path) -> tuple[int, list[str], set[str]]:
     return version, sorted(set(Base.metadata.tables) - tables) + missing, tables
 
 
+def _hold_write(generation: int, program_id: int, s: Session) -> None:
+    """Tests of a kill while the run holds the write lock (tests/test_kill_resume.py): with
+    STEPEVOLVE_HOLD_WRITE_S set, a candidate of a generation >= 1 is flushed to SQLite, then
+    its transaction stays open that many seconds, after 'in-write GENERATION ID' in
+    STEPEVOLVE_PHASE_FILE. Unset (always, outside tests) it does nothing."""
+    hold = os.environ.get("STEPEVOLVE_HOLD_WRITE_S")
+    if not hold or generation < 1:
+        return
+    s.flush()
+    if os.environ.get("STEPEVOLVE_PHASE_FILE"):
+        with open(os.environ["STEPEVOLVE_PHASE_FILE"], "a") as f:
+            f.write(f"in-write {generation} {program_id}\n")
+    time.sleep(float(hold))
+
+
 def _as_evaluation(evaluation) -> Evaluation:
     """The typed record; a JSON dict (a worker's reply, an archive record) goes through the
     one converter, `Evaluation.from_json`."""
@@ -571,6 +586,7 @@ class Archive:
             if llm_cache_key:
                 s.execute(update(LLMCall).where(LLMCall.cache_key == llm_cache_key)
                           .values(program_id=row.id, run_id=run_id))
+            _hold_write(generation, row.id, s)
             return row.id
 
     def add_programs_bulk(self, run_id: str, items: Iterable, count: bool = False) -> list[int]:

@@ -82,6 +82,8 @@ def describe_db_error(path: Path, e: BaseException) -> str:
         why = "the archive is locked by another process; try again when it is done"
     elif "malformed" in low or "not a database" in low or "corrupt" in low:
         why = "damaged archive"
+    elif "disk is full" in low or "disk i/o" in low:
+        why = "cannot write the archive: the disk is full, a file size limit was reached or the disk failed"
     elif "unable to open" in low:
         why = "cannot open the archive (missing directory or no permission)"
     else:

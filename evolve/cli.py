@@ -232,6 +232,11 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
             else:
                 search.start()
             out = search.loop()
+        except _db_errors() as e:  # the archive cannot be written any more (disk full, I/O error)
+            if getattr(search, "run_id", None) is None:
+                raise
+            raise ArchiveError(f"{describe_db_error(archive.path, e)}; every candidate written is kept: "
+                               f"continue with --resume {search.run_id}") from None
         finally:
             search.close()
     run = archive.get_run(search.run_id)

@@ -2,19 +2,28 @@
 budget and leaves the archive an uninterrupted run leaves (offline operator, fixed seed).
 
 The matrix: held-out objectives on (the default) and off (`--no-holdout`), killed while its
-worker screens a candidate, during a full evaluation, and while the run waits for the archive's
-write lock (held by another connection with BEGIN IMMEDIATE). The driver reports its phases in
-STEPEVOLVE_PHASE_FILE ("EVENT GENERATION CANDIDATE" lines); the test kills the process group
-from outside once the phase it wants has begun. Budgets are tiny (the 7 seeds + one generation
-of 2): about 4 minutes on two idle cores.
+worker screens a candidate, during a full evaluation, and while the run holds the archive's
+write lock: in the middle of writing a candidate (benchmarks/kill_resume.py also kills it while
+it waits for the lock another connection holds); with local worker processes, and
+(three of the cases: each phase once, each held-out setting) with the Ray executor on a real
+one-node cluster on 127.0.0.1, started once for the module (benchmarks/kill_resume.py runs all
+six on Ray). The driver reports its phases in STEPEVOLVE_PHASE_FILE ("EVENT GENERATION
+CANDIDATE" lines, and "start-KIND BATCH CANDIDATE" when a worker takes a job); the test kills
+the driver's process group from outside once the phase it wants has begun (a Ray actor is not
+in it: Ray ends the actors of a dead driver). The uninterrupted reference is a local run: the
+archive does not depend on the executor (tests/test_search.py). Budgets are tiny (the 7 seeds
++ one generation of 2): about 4 minutes on two idle cores, 4-5 more for the Ray cases.
 """
+import contextlib
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,9 +34,51 @@ SEED = 2
 _REFERENCE: dict[bool, list] = {}
 
 
-def _cmd(db, holdout: bool, *extra) -> list[str]:
-    return [sys.executable, "-m", "evolve.cli", "run", "--budget", str(BUDGET), "--workers", "1",
-            "--archive", str(db), *extra] + ([] if holdout else ["--no-holdout"])
+ROOT = Path(__file__).resolve().parents[1]
+RAY_CLI = str(Path(sys.executable).parent / "ray")
+# `ray start --head` turns token authentication on; every client of that cluster sends the token
+CLUSTER_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _cmd(db, holdout: bool, *extra, address: str | None = None, budget: int = BUDGET) -> list[str]:
+    ray = ["--executor", "ray", "--ray-address", address] if address else []
+    return [sys.executable, "-m", "evolve.cli", "run", "--budget", str(budget), "--workers", "1",
+            "--archive", str(db), *ray, *extra] + ([] if holdout else ["--no-holdout"])
+
+
+def _env(phase_file, address: str | None = None) -> dict:
+    return {**os.environ, "STEPEVOLVE_PHASE_FILE": str(phase_file), **(CLUSTER_ENV if address else {})}
+
+
+@contextlib.contextmanager
+def ray_cluster(num_cpus: int = 2):
+    """A one-node Ray cluster on 127.0.0.1 (`ray start --head --block` in its own session, so
+    ending that process stops this cluster's processes and no other Ray instance); yields its
+    address. Two CPUs: a killed driver's actor may hold one until Ray sees its owner gone."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, **CLUSTER_ENV}
+    p = subprocess.Popen([RAY_CLI, "start", "--head", f"--port={port}", "--include-dashboard=false", "--block",
+                          "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}", "--disable-usage-stats"],
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() - t0 < 180 and p.poll() is None, "the Ray head node did not start"
+                time.sleep(0.5)
+        yield f"127.0.0.1:{port}"
+    finally:
+        p.terminate()
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(30)
 
 
 def content(db) -> dict:
@@ -61,10 +112,32 @@ def _reference(tmp_path_factory, holdout: bool) -> dict:
 
 def _events(path) -> list[tuple[str, int, int]]:
     try:
-        lines = path.read_text().splitlines()
+        lines = Path(path).read_text().splitlines()
     except FileNotFoundError:
         return []
     return [(w, int(g), int(i)) for w, g, i in (ln.split() for ln in lines if len(ln.split()) == 3)]
+
+
+def _started(events) -> list[tuple[str, int, int]]:
+    """The jobs workers took, as (kind, generation, candidate): a split job counts for its
+    candidate's full evaluation."""
+    gen = {}
+    out = []
+    for w, a, b in events:
+        if w == "batch":
+            gen[b] = a
+        elif w.startswith("start-"):
+            kind = w[len("start-"):]
+            out.append(("full" if kind == "split" else kind, gen.get(a, -1), b))
+    return out
+
+
+def lost(killed, resumed) -> set:
+    """Candidates whose work the kill lost: a job a worker had taken in the killed run (a
+    screen, or a full evaluation or one of its splits) that the resumed run handed out again.
+    Jobs only queued at the kill are not work lost."""
+    again = {(w, g, i) for w, g, i in resumed if w in ("screen", "full")}
+    return {(g, i) for k, g, i in _started(killed) if (k, g, i) in again}
 
 
 def redone(killed, resumed) -> set:
@@ -75,11 +148,18 @@ def redone(killed, resumed) -> set:
     return got & {(w, g, i) for w, g, i in resumed if w.startswith("result-")}
 
 
-def kill_at(db, phase_file, holdout: bool, phase: str, timeout: float = 600) -> dict:
-    """Start the run, kill -9 its process group at `phase` of a generation >= 1."""
-    env = {**os.environ, "STEPEVOLVE_PHASE_FILE": str(phase_file)}
-    p = subprocess.Popen(_cmd(db, holdout, "--seed", str(SEED)), stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+def kill_at(db, phase_file, holdout: bool, phase: str, timeout: float = 600, address: str | None = None,
+            budget: int = BUDGET, seed: int = SEED, extra: tuple = ()) -> dict:
+    """Start the run, kill -9 its process group at `phase` of a generation >= 1: "screen" and
+    "full" once a worker took such a job, "lock" while the run holds the archive's write lock
+    in the middle of writing a candidate (its transaction held open by STEPEVOLVE_HOLD_WRITE_S,
+    evolve/archive.py), "lock-wait" while it waits for the lock another connection holds."""
+    env = _env(phase_file, address)
+    if phase == "lock":
+        env["STEPEVOLVE_HOLD_WRITE_S"] = "600"
+    p = subprocess.Popen(_cmd(db, holdout, "--seed", str(seed), *extra, address=address, budget=budget),
+                         stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, env=env, cwd=ROOT)
     lock = None
     try:
         deadline = time.time() + timeout
@@ -88,17 +168,22 @@ def kill_at(db, phase_file, holdout: bool, phase: str, timeout: float = 600) -> 
             ev = _events(phase_file)
             assert p.poll() is None, f"the run ended before the {phase} phase: {ev[-5:]}"
             later = [e for e in ev if e[1] >= 1]
-            if phase == "screen" and any(w == "screen" for w, _, _ in later):
+            taken = [k for k, g, _ in _started(ev) if g >= 1]
+            if phase == "screen" and "screen" in taken:
                 time.sleep(0.2)  # its worker is screening the generation's first candidate
                 break
-            if phase == "full" and any(w == "full" for w, _, _ in later):
-                time.sleep(1.0)  # the full job went to the head of the queue: it runs now
+            if phase == "full" and "full" in taken:
+                time.sleep(0.3)  # its worker is in the full evaluation (or one of its splits)
                 break
-            if phase == "lock" and any(w == "write" for w, _, _ in later):
+            if phase == "lock" and any(w == "in-write" for w, _, _ in later):
+                time.sleep(0.2)  # the run holds the write lock, its candidate's rows sent to SQLite
+                break
+            if phase == "lock-wait" and any(w == "write" for w, _, _ in later):
                 lock = sqlite3.connect(db, timeout=30, isolation_level=None)
                 lock.execute("BEGIN IMMEDIATE")  # the run's next write waits for it
                 n = len(_events(phase_file))
-                while time.time() < deadline and len(_events(phase_file)) == n:
+                while time.time() < deadline and not any(w.startswith("result-") for w, _, _ in
+                                                          _events(phase_file)[n:]):
                     time.sleep(0.05)  # a result came in: the run goes to write it
                 time.sleep(1.0)
                 break
@@ -116,28 +201,56 @@ def kill_at(db, phase_file, holdout: bool, phase: str, timeout: float = 600) -> 
     return {"events": _events(phase_file)}
 
 
-@pytest.mark.parametrize("holdout", [True, False], ids=["holdout", "no-holdout"])
-@pytest.mark.parametrize("phase", ["screen", "full", "lock"])
-def test_killed_run_resumes_to_the_uninterrupted_archive(tmp_path, tmp_path_factory, holdout, phase):
-    ref = _reference(tmp_path_factory, holdout)
+def check_kill_and_resume(tmp_path, ref: dict, holdout: bool, phase: str, address: str | None = None) -> None:
     db = tmp_path / "k.db"
-    killed = kill_at(db, tmp_path / "phases", holdout, phase)
+    killed = kill_at(db, tmp_path / "phases", holdout, phase, address=address)
     run, n_eval = run_counts(db)
     assert run[2] == "running"  # nobody marked it finished
     assert run[1] == n_eval  # the counter and the stored evaluations agree: no half-written candidate
+    assert json.loads(run[3])["executor"] == ("ray" if address else "local")
+    con = sqlite3.connect(db, timeout=30)
+    assert con.execute("pragma integrity_check").fetchone()[0] == "ok"  # a held transaction rolled back
+    con.close()
     before = content(db)
     before.pop("pending")
-    env = {**os.environ, "STEPEVOLVE_PHASE_FILE": str(tmp_path / "phases2")}
+    # the stored config names the executor and the cluster: --resume alone goes back to them
     r = subprocess.run([sys.executable, "-m", "evolve.cli", "run", "--resume", run[0], "--budget", str(BUDGET),
-                        "--workers", "1", "--archive", str(db)], capture_output=True, text=True, timeout=900, env=env)
+                        "--workers", "1", "--archive", str(db)], capture_output=True, text=True, timeout=900,
+                       env=_env(tmp_path / "phases2", address), cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    resumed = _events(tmp_path / "phases2")
     # lost: the job in flight, and under a held lock the result the run was writing; never a
     # result it had received before (kept in the archive's pending table)
-    assert len(redone(killed["events"], _events(tmp_path / "phases2"))) <= (phase == "lock")
+    assert len(redone(killed["events"], resumed)) <= phase.startswith("lock")
+    assert len(lost(killed["events"], resumed)) <= 1  # one worker: at most one candidate's work
+    if not phase.startswith("lock"):  # the kill came while a worker ran a job the resumed run redid
+        assert lost(killed["events"], resumed), killed["events"][-6:]
     after = content(db)
     assert after["runs"] == [(BUDGET, "finished")]
     assert set(before["programs"]) <= set(after["programs"])  # every stored row is still there
     assert after == ref  # exactly what the uninterrupted run stored
+
+
+@pytest.mark.parametrize("holdout", [True, False], ids=["holdout", "no-holdout"])
+@pytest.mark.parametrize("phase", ["screen", "full", "lock"])
+def test_killed_run_resumes_to_the_uninterrupted_archive(tmp_path, tmp_path_factory, holdout, phase):
+    check_kill_and_resume(tmp_path, _reference(tmp_path_factory, holdout), holdout, phase)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with ray_cluster() as address:
+        yield address
+
+
+@pytest.mark.parametrize("holdout, phase", [(True, "full"), (True, "lock"), (False, "screen")],
+                         ids=["holdout-full", "holdout-lock", "no-holdout-screen"])
+def test_killed_ray_run_resumes_to_the_uninterrupted_archive(tmp_path, tmp_path_factory, cluster, holdout, phase):
+    """The same on the Ray executor: the driver is killed, its actor ends with it, and the
+    resumed driver's new actor finishes the run on the same cluster."""
+    pytest.importorskip("ray")
+    check_kill_and_resume(tmp_path, _reference(tmp_path_factory, holdout), holdout, phase, address=cluster)
 
 
 def test_resume_of_a_finished_run_changes_nothing(tmp_path):

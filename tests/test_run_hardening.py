@@ -75,3 +75,55 @@ def test_resume_of_a_run_that_stored_nothing_starts_it(tmp_path):
     assert run["status"] == "finished" and run["n_evaluated"] == N_SEEDS
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith(f"progress {run_id}:")]
     assert lines and f"{N_SEEDS}/{N_SEEDS} evaluations" in lines[-1] and "eval/s" in lines[-1]
+
+
+# ------------------------------------------------------------------ the disk filling up
+
+FSIZE_LIMIT = 600_000  # bytes: the seeds' rows fit, the run's whole write-ahead log does not
+
+
+def _file_size_limit():
+    """In the child: no file may grow past FSIZE_LIMIT. A write past it fails with EFBIG (Python
+    ignores SIGXFSZ), as a write to a full disk fails with ENOSPC: SQLite reports either as a
+    failed write ("disk I/O error", "database or disk is full") and rolls the transaction back."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_LIMIT, FSIZE_LIMIT))
+
+
+def test_a_full_disk_stops_the_run_in_one_line_and_it_resumes(tmp_path):
+    """Issue 33: the archive cannot grow mid-run. The run stops with one line that names the
+    cause and the run to resume, keeps every candidate it wrote, and `--resume` (with room
+    again) finishes the budget with the archive an uninterrupted run leaves."""
+    import json
+    import re
+
+    from run_counts import run_counts
+    from test_kill_resume import BUDGET, SEED, content
+    db = tmp_path / "full.db"
+    cmd = [sys.executable, "-m", "evolve.cli", "run", "--budget", str(BUDGET), "--workers", "1", "--no-holdout",
+           "--seed", str(SEED)]
+    r = subprocess.run([*cmd, "--archive", str(db)], capture_output=True, text=True, timeout=900,
+                       preexec_fn=_file_size_limit)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("progress ")]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"error: {db.resolve()}: cannot write the archive: the disk is full"), lines[0]
+    run_id = re.search(r"continue with --resume (\S+)$", lines[0]).group(1)
+    run, n = run_counts(db)
+    assert run[0] == run_id and run[2] in ("running", "interrupted")  # never "finished"
+    assert run[1] == n and 0 < n < BUDGET  # it stopped mid-run; the counter matches the stored rows
+    con = sqlite3.connect(db)
+    assert con.execute("pragma integrity_check").fetchone()[0] == "ok"
+    con.close()
+    before = content(db)
+    r = subprocess.run([sys.executable, "-m", "evolve.cli", "run", "--resume", run_id, "--budget", str(BUDGET),
+                        "--workers", "1", "--archive", str(db)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    after = content(db)
+    assert after["runs"] == [(BUDGET, "finished")]
+    assert set(before["programs"]) <= set(after["programs"])  # nothing written before was lost
+    ref = tmp_path / "ref.db"
+    r = subprocess.run([*cmd, "--archive", str(ref)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert after == content(ref)  # and it is what an uninterrupted run stores
+    assert json.loads(run[3])["budget"] == BUDGET
