@@ -10,8 +10,8 @@ every scored row of the evaluation (`defaults_used`), so an output never hides a
 | setting (exp-config.yaml) | default when no file states it | why that default |
 |---|---|---|
 | tensor_parallelism | 1 | vLLM's `--tensor-parallel-size` default |
-| max_num_seqs | 128 | vLLM `SchedulerConfig.DEFAULT_MAX_NUM_SEQS` (and every shared experiment) |
-| max_num_batched_tokens | 2048 | vLLM `SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS` (and every shared experiment) |
+| max_num_seqs | 1024 | `vllm serve` (V1) on a GPU of >= 70 GiB that is not an A100, the H100 here (as `evaluator.ingest.SERVER_DEFAULTS`) |
+| max_num_batched_tokens | 8192 | `vllm serve` (V1) on an H100 (the same) |
 | max_model_len | the model's `max_position_embeddings`, else 4096 | vLLM derives it from the model config; 4096 is every shared experiment's |
 | block_size | 16 | vLLM's KV block size on CUDA |
 | kv_blocks_total_gpu | estimated: 80 GB x 0.9 per GPU minus the weights, over the KV bytes of a block | vLLM's memory budget at gpu_memory_utilization 0.9 |
@@ -33,8 +33,8 @@ when prompt + max_tokens exceeds max_model_len: the simulator fails such a reque
 from __future__ import annotations
 
 DEFAULT_TP = 1
-DEFAULT_MAX_NUM_SEQS = 128
-DEFAULT_MAX_BATCHED_TOKENS = 2048
+DEFAULT_MAX_NUM_SEQS = 1024  # every shared experiment states 128
+DEFAULT_MAX_BATCHED_TOKENS = 8192  # every shared experiment states 2048
 DEFAULT_MAX_MODEL_LEN = 4096
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_CHUNKED_PREFILL = True
@@ -48,9 +48,9 @@ VLLM_CONFIG_REF = ("vllm-project/vllm@01230b40128e570a58e54e75f7e55c4d5cd9246d v
 # exp-config.yaml key -> (replay-meta column or None, why the default)
 SETTINGS = {
     "tensor_parallelism": ("cfg_tensor_parallelism", f"{DEFAULT_TP} (vLLM's --tensor-parallel-size default)"),
-    "max_num_seqs": ("cfg_max_num_seqs", f"{DEFAULT_MAX_NUM_SEQS} (vLLM SchedulerConfig.DEFAULT_MAX_NUM_SEQS)"),
+    "max_num_seqs": ("cfg_max_num_seqs", f"{DEFAULT_MAX_NUM_SEQS} (`vllm serve` default on an H100)"),
     "max_num_batched_tokens": ("cfg_max_num_batched_tokens",
-                               f"{DEFAULT_MAX_BATCHED_TOKENS} (vLLM SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS)"),
+                               f"{DEFAULT_MAX_BATCHED_TOKENS} (`vllm serve` default on an H100)"),
     "max_model_len": (None, "the model's max_position_embeddings (as vLLM derives it), "
                             f"else {DEFAULT_MAX_MODEL_LEN}"),
     "block_size": ("cfg_block_size", f"{DEFAULT_BLOCK_SIZE} (vLLM's KV block size on CUDA)"),

@@ -63,7 +63,7 @@ def test_every_setting_is_read_and_missing_ones_are_named(tmp_path):
     assert (e.chunked_prefill, e.prefix_caching, e.vllm_version, e.defaults_used) == (False, False, "0.15.1", [])
     _config(root, "model: meta-llama/Llama-2-7b-hf\n")
     e = load(root).experiments[0]
-    assert (e.tp, e.max_num_seqs, e.max_batched_tokens, e.max_model_len, e.block_size) == (1, 128, 2048, 4096, 16)
+    assert (e.tp, e.max_num_seqs, e.max_batched_tokens, e.max_model_len, e.block_size) == (1, 1024, 8192, 4096, 16)
     assert e.defaults_named == ["tensor_parallelism", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
                                 "block_size", "kv_blocks_total_gpu", "enable_chunked_prefill",
                                 "enable_prefix_caching", "vllm_version"]
