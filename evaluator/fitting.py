@@ -13,6 +13,7 @@ arrival shifts the whole simulation, so they do not interact with scheduling.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -485,6 +486,7 @@ def fit_overheads(groups) -> Overheads:
 
 LAW_TERMS = ("api_us", "per_input_token_us", "cycles")  # constant, per prompt token, per step cycle
 LAW_MIN_T = 2.0  # a term is kept only where its estimate is at least this many standard errors from 0
+LAW_BIC_TIE = 6.0  # BIC differences below this are no strong evidence (Kass & Raftery) between subsets
 QUEUE_DOMINATED_CYCLES = 20.0  # a stage whose measured TTFT exceeds this many step cycles measures its queue
 
 
@@ -517,47 +519,70 @@ class OverheadLaw:
                                               "n_points", "rms_us")} | {"terms": list(self.terms)}
 
 
+def _law_fit(A: np.ndarray, y: np.ndarray):
+    """Robust non-negative least squares (scipy, soft-L1 loss at the residuals' MAD scale: one
+    stage with a burst the simulation does not have, 4.6 cycles where the rest sit at 1.4-2,
+    does not pull the law), on columns scaled to one size (tokens and microseconds differ
+    1e4x); (coefficients, residual sum of squares trimmed at 3 robust sigmas, t-values)."""
+    from scipy.optimize import least_squares, lsq_linear
+    scale = np.maximum(np.abs(A).max(axis=0), 1e-12)
+    As = A / scale
+    x0 = lsq_linear(As, y, bounds=(0.0, np.inf)).x
+    r0 = y - As @ x0
+    f_scale = max(1.4826 * float(np.median(np.abs(r0 - np.median(r0)))), 1.0)
+    x = least_squares(lambda c: As @ c - y, np.maximum(x0, 1e-9), bounds=(0.0, np.inf), loss="soft_l1",
+                      f_scale=f_scale).x
+    coef = x / scale
+    resid = y - A @ coef
+    dof = len(y) - A.shape[1]
+    var = (1.4826 * float(np.median(np.abs(resid - np.median(resid))))) ** 2 if dof > 0 else 0.0
+    var = max(var, 1e-12)
+    rss = max(float(np.sum(np.minimum(resid ** 2, 9.0 * var))), 1e-12)  # trimmed at 3 robust sigmas
+    if dof <= 0:
+        return coef, rss, np.zeros(A.shape[1])
+    se = np.sqrt(np.maximum(np.diag(var * np.linalg.pinv(A.T @ A)), 0.0))
+    return coef, rss, np.where(se > 0, coef / np.where(se > 0, se, 1.0), np.inf)
+
+
 def fit_overhead_law(points) -> OverheadLaw:
-    """Least squares (scipy, coefficients >= 0) of the residual TTFT over (experiment, stage)
-    groups of every fitted model, on [1, prompt, tau]; a term whose estimate is within
-    LAW_MIN_T standard errors of zero is dropped and the rest refitted, so only what the data
-    pins down is kept (on the shared data the prompt lengths span 575-787 tokens: the per-token
-    term is not pinned and stays 0). The post-decode overhead is then the median E2E residual
+    """Robust least squares (scipy, coefficients >= 0) of the residual TTFT over (experiment, stage)
+    groups of every fitted model on a subset of [1, prompt, tau]: among the subsets whose every
+    term the data pins down (estimate at least LAW_MIN_T standard errors from zero), the one
+    with the lowest BIC. Where two terms are collinear on the data (three models whose step
+    cycles differ little cannot tell a constant from a cycle term) the one that explains it
+    better is kept alone; on the shared data the prompt lengths span 575-787 tokens and the
+    per-token term is not pinned. The post-decode overhead is then the median E2E residual
     left, clamped at zero, as in `fit_overheads`.
 
     points: (mean prompt tokens, simulated per-token time us, mean residual TTFT us (measured -
     simulated), mean residual E2E us) per group; queue-dominated groups already left out.
     """
-    from scipy.optimize import lsq_linear
+    from itertools import combinations
     P = np.array([p for p in points if all(np.isfinite(p))], np.float64).reshape(-1, 4)
     if len(P) == 0:
         return OverheadLaw()
     cols = {"api_us": np.ones(len(P)), "per_input_token_us": P[:, 0], "cycles": P[:, 1]}
     y = P[:, 2]
-    terms = list(LAW_TERMS)
-    while True:
-        A = np.column_stack([cols[t] for t in terms])
-        scale = np.maximum(np.abs(A).max(axis=0), 1e-12)  # columns of one size: tokens and us differ 1e4x
-        sol = lsq_linear(A / scale, y, bounds=(0.0, np.inf))
-        coef = sol.x / scale
-        dof = len(y) - len(terms)
-        if dof <= 0:
-            if len(terms) == 1:
-                break
-            terms.pop()  # fewer groups than terms: the last (least physical) terms go first
-            continue
-        resid = y - A @ coef
-        sigma2 = float(resid @ resid) / dof
-        cov = sigma2 * np.linalg.pinv(A.T @ A)
-        se = np.sqrt(np.maximum(np.diag(cov), 0.0))
-        t = np.where(se > 0, coef / np.where(se > 0, se, 1.0), np.inf)
-        weak = [(t[i], name) for i, name in enumerate(terms) if name != "api_us" and t[i] < LAW_MIN_T]
-        if not weak:
-            break
-        terms.remove(min(weak)[1])
-    got = dict(zip(terms, coef))
-    law = OverheadLaw(**{k: float(got.get(k, 0.0)) for k in LAW_TERMS}, terms=tuple(terms), n_points=len(P))
+    n = len(y)
+    cands = []
+    for k in range(1, len(LAW_TERMS) + 1):
+        for terms in combinations(LAW_TERMS, k):
+            if k >= n:
+                continue
+            coef, rss, t = _law_fit(np.column_stack([cols[c] for c in terms]), y)
+            if not (t >= LAW_MIN_T).all() and terms != ("api_us",):
+                continue  # a term the data does not pin down
+            cands.append((n * math.log(rss / n) + k * math.log(n), terms, coef))
+    if not cands:
+        return OverheadLaw(api_us=max(0.0, float(np.median(y))), terms=("api_us",), n_points=n)
+    top = min(c[0] for c in cands)
+    # within LAW_BIC_TIE of the lowest BIC the data cannot tell the subsets apart: the fewest terms win,
+    # then the constant (a prompt term over a narrow range of lengths is a constant in disguise)
+    best = min((c for c in cands if c[0] <= top + LAW_BIC_TIE),
+               key=lambda c: (len(c[1]), "api_us" not in c[1], "cycles" not in c[1], c[0]))
+    got = dict(zip(best[1], best[2]))
+    law = OverheadLaw(**{k: float(got.get(k, 0.0)) for k in LAW_TERMS}, terms=tuple(best[1]), n_points=n)
     ttft = law.api_us + law.per_input_token_us * P[:, 0] + law.cycles * P[:, 1]
     post = max(0.0, float(np.median(P[:, 3] - ttft)))
     rms = float(np.sqrt(np.mean((y - ttft) ** 2)))
-    return OverheadLaw(law.api_us, law.per_input_token_us, law.cycles, post, law.terms, len(P), rms)
+    return OverheadLaw(law.api_us, law.per_input_token_us, law.cycles, post, law.terms, n, rms)
