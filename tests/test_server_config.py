@@ -154,7 +154,7 @@ def test_prefix_caching_off_never_hits(const):
     assert off.prefix_cache == "off"
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seqs=st.integers(1, 512), budget=st.integers(16, 16384), block=st.sampled_from([1, 4, 16, 32, 128]),
        kv=st.integers(1, 3000), n=st.integers(1, 40), data=st.data(), chunked=st.booleans(),
        mode=st.sampled_from(["lru", "always-hit", "off"]), timeout=st.sampled_from([0.0, 2e6]),
