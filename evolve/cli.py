@@ -508,12 +508,13 @@ def cmd_report(args) -> int:
         sys.exit(f"error: no program {args.program} in {args.archive}")
     data = args.data if args.data is not None else _run_data(archive, args.run)
     try:
-        comps = components_data(load(data))
+        gt = load(data)  # the components section and the recommended program's coverage statement
+        comps = components_data(gt)
     except DataError as e:
-        comps = None
-        print(f"note: no components section ({e})", file=sys.stderr)
+        gt = comps = None
+        print(f"note: no components section and no coverage statement ({e})", file=sys.stderr)
     path = report_html(archive, args.output, run=args.run, program_id=args.program,
-                       baselines=stored_baselines(archive, args.run), components=comps)
+                       baselines=stored_baselines(archive, args.run), components=comps, gt=gt)
     print(f"wrote {path}")
     return 0
 

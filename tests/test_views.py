@@ -17,7 +17,9 @@ from evolve.archive import Archive
 from evolve.cli import main as cli_main
 from evolve.views import frontier_table, go_cap_status, render_frontier, report_html, show_program
 from evolve.views.tables import duplicate_groups
-from evolve.views.plots import pareto_figure, progress_series, stage_errors_figure, ttft_itl_figure
+from evolve.views.history import front_hypervolume, ranked_error
+from evolve.views.plots import (pareto_figure, predicted_measured_figure, progress_series, regime_figure,
+                                stage_errors_figure, ttft_itl_figure)
 
 BASE = """BETA0 = 15000.0
 BETA1 = 2.0
@@ -138,22 +140,28 @@ def test_report_html_self_contained(filled, tmp_path):
     page = open(out, encoding="utf-8").read()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     # plotly.js inlined exactly once, nothing loaded from anywhere
-    assert page.count("* plotly.js v") == 1 and page.count("<script") == 1 + 4
+    assert page.count("* plotly.js v") == 1 and page.count("<script") == 1 + 5
     ours = page.replace(get_plotlyjs(), "")  # the rest: our markup and the figures
     assert "<script src" not in ours and "<link" not in ours and "http://" not in ours and "https://" not in ours
     figs = _figures(page)
-    assert set(figs) == {"plot-pareto", "plot-ttft-itl", "plot-progress", "plot-stage-errors"}
+    assert set(figs) == {"plot-pareto", "plot-ttft-itl", "plot-progress", "plot-stage-errors", "plot-pred-meas"}
     front = {r["id"] for r in a.frontier(run)}
     assert set(_trace(figs["plot-pareto"], "frontier (all objectives)")["customdata"]) == front
     shown = set(_trace(figs["plot-pareto"], "evaluated")["customdata"]) | front
     assert ids[6] not in shown and shown == set(ids) - {ids[6]}  # every valid evaluation, never the invalid one
-    assert _trace(figs["plot-pareto"], "baselines")["text"] == ["blackbox"]  # the rows-only baseline has no complexity
-    assert len(_trace(figs["plot-ttft-itl"], "baselines")["x"]) == 2  # both: the rows-only one by its row means
+    # baselines are reference lines (the rows-only one at its rows' mean), never marks that stretch the axes
+    assert not [t for t in figs["plot-pareto"]["data"] if t.get("name") == "baselines"]
+    text = json.dumps(figs["plot-pareto"]["layout"].get("annotations"))
+    assert "baseline blackbox" in text and "roofline-rows" in text
+    ttft = figs["plot-ttft-itl"]
+    named = json.dumps(ttft["layout"].get("annotations")) + json.dumps([t.get("text") for t in ttft["data"]])
+    assert "blackbox" in named and "roofline-rows" in named  # a mark inside the axes, else named at the edge
     bars = [t for t in figs["plot-stage-errors"]["data"] if t["type"] == "bar"]
     assert len(bars) == 3 * 3  # E2E, TTFT, ITL x (program, two baselines)
     for pid in frontier_table(a, run):
         assert f"#{pid['id']}" in page
-    assert f"Program #{ids[-1]}" in page  # default detailed program: best e2e_mean
+    assert f"Program #{ids[-1]}" in page  # default detailed program: the recommended one (best in-sample here)
+    assert page.index('id="recommended"') < page.index('id="plot-pareto"')  # the answer before any plot
     assert "blackbox" in page and "roofline-rows" in page
     assert "complexity" in page and "hypervolume" in page and "TTFT" in page
 
@@ -163,22 +171,39 @@ def test_report_figures_content(filled):
     evals = a.evaluations(run, stage="full")
     front = {r["id"] for r in a.frontier(run)}
     blackbox = make_eval(0.5, complexity=7)
+    near = make_eval(0.06, complexity=7)  # among the candidates: a line inside the axes
+    outlier = make_eval(40.0, complexity=3)  # a baseline 100x off: named at the top, never the axis' scale
     chosen = a.program(ids[-1])
-    fig = pareto_figure(evals, front, {"blackbox": blackbox, "rows": make_eval(0.35).rows}, chosen)
+    fig = pareto_figure(evals, front, {"near": near, "rows": make_eval(0.05).rows, "outlier": outlier},
+                        chosen, recommended_id=ids[-2])
     by = {t.name: t for t in fig.data}
-    assert set(by) == {"2-D front (complexity, E2E)", "evaluated", "frontier (all objectives)", "baselines",
-                       f"detailed: #{ids[-1]}"}
-    assert list(by["baselines"].x) == [7] and list(by["baselines"].y) == [blackbox.objectives["e2e_mean"]]
+    assert set(by) == {"2-D front (complexity, E2E)", "evaluated", "frontier (all objectives)",
+                       f"★ recommended: #{ids[-2]}", f"detailed: #{ids[-1]}"}
     e2e = {r["id"]: r["objectives"]["e2e_mean"] for r in evals if r["eval_valid"]}
     for name in ("evaluated", "frontier (all objectives)"):
         for pid, y in zip(by[name].customdata, by[name].y):
             assert y == pytest.approx(e2e[pid])
     assert list(by[f"detailed: #{ids[-1]}"].y) == [pytest.approx(e2e[ids[-1]])]
+    assert list(by[f"★ recommended: #{ids[-2]}"].y) == [pytest.approx(e2e[ids[-2]])]
     assert min(by["2-D front (complexity, E2E)"].y) == pytest.approx(min(e2e.values()))
+    # the y axis fits the candidates, not the outlier baseline; the baselines are lines, the outlier named above
+    lo, hi = fig.layout.yaxis.range
+    top = 10 ** hi if fig.layout.yaxis.type == "log" else hi
+    fmax = max(e2e[i] for i in front if i in e2e)
+    assert fmax <= top <= 3.5 * fmax < outlier.objectives["e2e_mean"]  # every frontier program inside
+    lines = {round(sh.y0, 9) for sh in fig.layout.shapes}
+    assert lines == {round(near.objectives["e2e_mean"], 9), round(sum(r["e2e_err"] for r in make_eval(0.05).rows) / 3, 9)}
+    notes = " ".join(an.text for an in fig.layout.annotations)
+    assert "baseline near" in notes and "baseline rows" in notes and "above the plot: baseline outlier" in notes
+    n_above = sum(v > top for v in e2e.values())
+    assert n_above and f"{n_above} evaluated above the plot" in notes  # runaway programs are counted, not plotted
 
-    t = {tr.name: tr for tr in ttft_itl_figure(evals, front, {"rows": make_eval(0.35).rows}).data}
-    rows = make_eval(0.35).rows
-    assert list(t["baselines"].x) == [pytest.approx(sum(r["itl_err"] for r in rows) / 3)]
+    tf = ttft_itl_figure(evals, front, {"rows": make_eval(0.02).rows, "far": make_eval(40.0)})
+    t = {tr.name: tr for tr in tf.data}
+    rows = make_eval(0.02).rows
+    assert list(t["baselines"].x) == [pytest.approx(sum(r["itl_err"] for r in rows) / 3)]  # inside: a mark
+    assert list(t["baselines"].text) == ["rows"]
+    assert "outside the plot: baseline far" in " ".join(an.text for an in tf.layout.annotations)
 
     bars = stage_errors_figure(chosen, {"blackbox": blackbox}).data
     assert [b.name for b in bars] == [f"#{ids[-1]}", "blackbox"] * 3
@@ -186,12 +211,39 @@ def test_report_figures_content(filled):
     assert list(bars[3].y) == [r["ttft_err"] for r in blackbox.rows]
     assert stage_errors_figure({"id": 1, "evaluation": {}}, {}) is None
 
-    series = progress_series(evals, (100.0, 1.0))[run]
+    # predicted vs measured per stage, one panel per metric with the y = x line
+    pm = predicted_measured_figure(chosen)
+    marks = [tr for tr in pm.data if tr.mode == "markers"]
+    assert len(marks) == 3 and list(marks[0].x) == [r["meas_e2e_s"] for r in chosen["evaluation"]["rows"]]
+    assert list(marks[0].y) == [r["pred_e2e_s"] for r in chosen["evaluation"]["rows"]]
+    assert predicted_measured_figure({"id": 1, "evaluation": {}}) is None
+    assert regime_figure(chosen) is None  # no held-out errors in this archive
+
+    series = progress_series(evals)[run]  # no held-out splits here: best = in-sample mean E2E
     assert [i for i, _, _ in series] == list(range(1, len(evals) + 1))
     bests = [b for _, b, _ in series]
     hvs = [h for *_, h in series]
     assert bests == sorted(bests, reverse=True) and bests[-1] == pytest.approx(min(e2e.values()))
     assert hvs == sorted(hvs) and hvs[-1] > 0
+    # one hypervolume: the report's last point is the summary's figure over the run's frontier
+    assert hvs[-1] == pytest.approx(front_hypervolume(a.frontier(run)))
+
+
+def test_best_so_far_is_the_ranked_heldout_error():
+    """With held-out splits, "best so far" and the hypervolume are on the worst held-out regime
+    (what the search ranks on), not on the in-sample error."""
+    held = lambda w, e, c: {"run_id": "r", "eval_valid": True, "complexity": c,  # noqa: E731
+                            "objectives": {"e2e_mean": e, "lowo_e2e": w, "lomo_e2e": w / 2, "load_e2e": w / 3,
+                                           "long_e2e": w / 4, "complexity": c}}
+    evals = [held(0.30, 0.01, 5), held(0.10, 0.20, 6), held(0.20, 0.005, 4)]
+    s = progress_series(evals)["r"]
+    assert [b for _, b, _ in s] == [0.30, 0.10, 0.10]
+    assert ranked_error(evals[1]["objectives"]) == 0.10
+    assert ranked_error({**evals[1]["objectives"], "long_e2e": math.inf}) is None  # an unscored regime
+    assert s[-1][2] == pytest.approx(front_hypervolume(evals)) and s[-1][2] > s[0][2]
+    rec = {"id": 9, "objectives": evals[1]["objectives"]}
+    bars = regime_figure(rec).data[0]
+    assert list(bars.y) == [0.10, 0.05, 0.10 / 3, 0.025] and list(bars.marker.color).count("#d62728") == 1
 
 
 def test_report_html_all_runs_chosen_program_and_empty(filled, tmp_path):
@@ -218,17 +270,34 @@ def _chromium() -> str | None:
     return None
 
 
-def test_report_opens_in_chromium_without_errors(filled, tmp_path):
-    """The page as a reader gets it: every figure drawn by the inlined plotly.js, no console
-    error, no request beyond the file itself."""
+def _heldout_archive(path):
+    """An archive whose programs carry every held-out regime; returns (archive, run, ids)."""
+    from dataclasses import replace
+    a = Archive(path)
+    run = a.start_run({}, seed=1)
+    ids = []
+    for k in range(6):
+        e = make_eval(0.3 * 0.8 ** k, complexity=4 + k)
+        w = 0.5 * 0.7 ** k
+        obj = {**e.objectives, "lowo_e2e": w / 3, "lomo_e2e": w, "load_e2e": w / 2, "long_e2e": w * 1.2,
+               "overload_fail": w / 4}
+        ids.append(a.add_candidate(run, BASE.format(k=k), operator="seed", generation=k,
+                                   evaluation=replace(e, objectives=obj)))
+    return a, run, ids
+
+
+def test_report_opens_in_chromium_without_errors(gt, tmp_path):
+    """The page as a reader gets it: the recommended program (id, error per held-out regime,
+    coverage, source) on the first screen without a click, every figure drawn by the inlined
+    plotly.js, no console error, no request beyond the file itself."""
     exe = _chromium()
     if exe is None:
         pytest.skip("chromium not found (/usr/bin/chromium): run scripts/install_browser.sh")
     sync_api = pytest.importorskip("playwright.sync_api", reason="run scripts/install_browser.sh")
-    a, run, ids = filled
-    out = report_html(a, tmp_path / "r.html", run=run, baselines={"blackbox": make_eval(0.5, complexity=7)})
+    a, run, ids = _heldout_archive(tmp_path / "h.db")
+    best = a.best_transfer(run)
+    out = report_html(a, tmp_path / "r.html", run=run, baselines={"blackbox": make_eval(0.5, complexity=7)}, gt=gt)
     url = (tmp_path / "r.html").resolve().as_uri()
-    n_valid = len([r for r in a.evaluations(run, stage="full") if r["eval_valid"]])
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=exe, headless=True,
                               args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
@@ -239,12 +308,24 @@ def test_report_opens_in_chromium_without_errors(filled, tmp_path):
             pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             pg.on("request", lambda r: requests.append(r.url))
             pg.goto(url)
-            pg.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 4")
-            # the Pareto plot: one marker per valid evaluation, the baseline and the detailed-program ring
-            n_marks = pg.locator("#plot-pareto .scatterlayer path.point").count()
-            assert n_marks == n_valid + 1 + 1
-            assert pg.locator("#plot-stage-errors .barlayer path").count() >= 3 * 2 * 3
+            pg.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 6")
             pg.screenshot(path=str(tmp_path / "report.png"), full_page=False)
+            # the first screen: everything of the recommended program lies above the fold
+            first = pg.evaluate("""() => { const q = (s) => document.querySelector(s).getBoundingClientRect();
+                return {card: q('#recommended').bottom, regimes: q('#rec-regimes').bottom,
+                        coverage: q('#rec-coverage').bottom, source: q('#rec-source').top,
+                        y: window.scrollY, h: window.innerHeight}; }""")
+            assert first["y"] == 0 and max(first["card"], first["regimes"], first["coverage"]) <= first["h"], first
+            card = pg.locator("#recommended").inner_text()
+            assert f"Recommended: program #{best['id']}" in card
+            for label in ("LOWO E2E", "LOMO E2E", "high-load E2E", "long-decode E2E", "overload failures"):
+                assert label in card
+            assert "long-decode E2E (worst)" in card  # the regime it is ranked on
+            assert "Fitted on:" in card and "Not validated for:" in card and "predict_step_time" in card
+            # the Pareto plot: the recommended star and every frontier program inside the axes
+            assert pg.locator("#plot-pareto .scatterlayer .trace path.point").count() >= len(ids)
+            assert pg.locator("#plot-regimes .barlayer path").count() == 5
+            assert pg.locator("#plot-stage-errors .barlayer path").count() >= 3 * 2 * 3
         finally:
             b.close()
     assert not errors, errors

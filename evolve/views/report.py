@@ -17,14 +17,16 @@ from typing import Any
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from evaluator.objectives import BY_NAME, HELDOUT, ORDER
+from evaluator.objectives import BY_NAME, HELDOUT, ORDER, REGIMES, finite_or_none, has_heldout
 from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
                                  failure_cells, fmt_err, fmt_missing, fmt_num, go_cap_status, mean, objectives_of,
                                  rows_of)
-from evolve.views.plots import pareto_figure, progress_figure, stage_errors_figure, ttft_itl_figure
+from evolve.views.history import front_hypervolume, ranked_error, worst_regime
+from evolve.views.plots import (pareto_figure, predicted_measured_figure, progress_figure, regime_figure,
+                                stage_errors_figure, ttft_itl_figure)
 from evolve.views.components_view import components_figure
 from evolve.views.holdout_table import holdout_summary, split_errors
-from evolve.views.tables import frontier_table, search_frontier, shown_error_keys
+from evolve.views.tables import DUPLICATE_RULE, frontier_table, search_frontier, shown_error_keys
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["sendDataToCloud"]}
 
@@ -41,6 +43,16 @@ th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right}
 th{background:#f4f4f4;position:sticky;top:0} td.l,th.l{text-align:left} tr.chosen td{background:#fff6d5}
 pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:10px;overflow:auto;font-size:12.5px}
 details{margin:4px 0} summary{cursor:pointer} .bad{color:#b00} .ok{color:#070}
+#recommended{border:2px solid #f5b301;border-radius:8px;padding:10px 14px;margin:10px 0 4px;background:#fffdf5}
+#recommended h2{margin:0 0 6px;border:0;font-size:19px;padding:0}
+.recgrid{display:grid;grid-template-columns:minmax(0,1.15fr) minmax(0,1fr);gap:16px;align-items:start}
+@media (max-width:900px){.recgrid{grid-template-columns:minmax(0,1fr)}}
+.regimes{display:flex;flex-wrap:wrap;gap:6px;margin:4px 0 8px}
+.regime{border:1px solid #e3e3e3;border-radius:6px;padding:3px 8px;background:#fff}
+.regime .k{font-size:11px;color:#666} .regime .v{font-size:16px;font-weight:600}
+.regime.worst{border-color:#d62728} .regime.worst .v{color:#b00}
+.coverage{font-size:12.5px;margin:0;padding-left:0;list-style:none} .coverage li{margin:2px 0}
+.coverage b{color:#444} #recommended pre{margin:0;max-height:360px;white-space:pre-wrap;overflow-wrap:anywhere}
 """
 
 
@@ -51,17 +63,23 @@ def _plot(fig, div_id: str) -> str:
 
 def _table_html(rows: list[dict], chosen: int | None) -> str:
     errs = shown_error_keys(rows)
-    cols = [("id", "l"), ("run", "l"), ("gen", ""), ("operator", "l"), ("cplx", "")] \
-        + [(BY_NAME[k].label if k in HELDOUT else k, "") for k in errs] + [("components", "l")]
+    cols = [("id", "l"), ("twins", ""), ("run", "l"), ("gen", ""), ("operator", "l"), ("cplx", "")] \
+        + [(BY_NAME[k].label if k in REGIMES else k, "") for k in errs] + [("components", "l")]
     h = ["<table><thead><tr>" + "".join(f'<th class="{c}">{n}</th>' for n, c in cols) + "</tr></thead><tbody>"]
     for r in rows:
         cls = ' class="chosen"' if r["id"] == chosen else ""
-        cells = [f'<a href="#p{r["id"]}">#{r["id"]}</a>', html.escape(str(r.get("run") or "")),
+        twins = r.get("duplicates") or []
+        cells = [("★ " if r.get("recommended") else "") + f'<a href="#p{r["id"]}">#{r["id"]}</a>',
+                 f'<span title="{html.escape(", ".join("#" + str(i) for i in twins))}">+{len(twins)}</span>'
+                 if twins else "", html.escape(str(r.get("run") or "")),
                  fmt_num(r.get("generation")), html.escape(str(r.get("operator") or "")), fmt_num(r.get("complexity"))]
         cells += [fmt_err(r.get(k)) for k in errs]
         cells.append(html.escape(", ".join(r.get("components") or [])))
         h.append(f"<tr{cls}>" + "".join(f'<td class="{c}">{v}</td>' for v, (_, c) in zip(cells, cols)) + "</tr>")
     h.append("</tbody></table>")
+    if any(r.get("duplicates") for r in rows):
+        h.append(f'<p class="muted">twins +N: {html.escape(DUPLICATE_RULE)} (hover for their ids; '
+                 "<code>evolve frontier --all</code> lists them).</p>")
     return "".join(h)
 
 
@@ -122,10 +140,72 @@ def _program_html(rec: dict, baselines: dict[str, Any]) -> str:
                      f'<table class="stages"><tr><th class="l">experiment</th>{hdr}</tr>'
                      f"{body}</table>")
     parts.append(_holdout_html(ev))
+    figs = [(regime_figure(rec), "plot-regimes"), (predicted_measured_figure(rec), "plot-pred-meas")]
+    figs = [_plot(f, i) for f, i in figs if f is not None]
+    if figs:
+        parts.append('<div class="plots">' + "".join(figs) + "</div>")
     fig = stage_errors_figure(rec, baselines)
     if fig is not None:
         parts.append(_plot(fig, "plot-stage-errors"))
     return "".join(parts)
+
+
+def regime_cells(objectives: Mapping) -> list[tuple[str, str, bool]]:
+    """(label, error, is the worst) per held-out regime the program was scored on, in
+    `REGIMES` order, as `show` prints them."""
+    worst = worst_regime(objectives)
+    return [(BY_NAME[k].label, fmt_err(objectives.get(k)), BY_NAME[k].label == worst)
+            for k in REGIMES if k in objectives]
+
+
+def coverage_items(cov: Mapping | None, regimes: bool = True) -> list[tuple[str, str]]:
+    """(heading, text) of each coverage line (`evaluator.coverage.coverage_lines`, the text
+    `show` prints); regimes=False leaves out the per-regime line where they are shown beside it."""
+    if not cov:
+        return []
+    from evaluator.coverage import coverage_lines
+    out = []
+    for line in coverage_lines(cov):
+        head, _, text = line.partition(": ")
+        if regimes or not head.startswith("Held-out error"):
+            out.append((head, text))
+    return out
+
+
+def _recommended_html(rec: Mapping | None, run: str | None, cov: Mapping | None, cov_error: str | None,
+                      detailed_id: int | None) -> str:
+    """The report's first screen: the program to take, its error per held-out regime, its
+    coverage statement and its source, before any plot."""
+    if rec is None:
+        return ('<section id="recommended"><h2>No recommended program yet</h2><p class="muted">no valid full '
+                "evaluation in this scope.</p></section>")
+    obj = rec.get("objectives") or {}
+    held = has_heldout(obj)
+    why = ("its worst held-out regime is the lowest among programs whose every constant the data pins down"
+           if held else "the lowest in-sample loss (this run scored no held-out splits)")
+    regimes = "".join(f'<div class="regime{" worst" if w else ""}"><div class="k">{html.escape(lab)}'
+                      f'{" (worst)" if w else ""}</div><div class="v">{v}</div></div>'
+                      for lab, v, w in regime_cells(obj))
+    regimes += (f'<div class="regime"><div class="k">in-sample E2E</div><div class="v">{fmt_err(obj.get("e2e_mean"))}'
+                f'</div></div>')
+    cap = go_cap_status(rec)
+    items = coverage_items(cov, regimes=not held)
+    cov_html = ('<ul class="coverage">' + "".join(f"<li><b>{html.escape(h)}:</b> {html.escape(t)}</li>"
+                                                  for h, t in items) + "</ul>") if items else \
+        f'<p class="muted">coverage: {html.escape(cov_error or "the run’s data was not given")}</p>'
+    scope = f"run {html.escape(str(rec.get('run_id')))}" if run else f"all runs (#{rec['id']} is from run " \
+        f"{html.escape(str(rec.get('run_id')))})"
+    more = (f' · <a href="#p{rec["id"]}">details below</a>' if detailed_id == rec["id"] else
+            f' · the details below are of <a href="#p{detailed_id}">#{detailed_id}</a>'
+            if detailed_id is not None else "")
+    return (f'<section id="recommended"><h2>★ Recommended: program #{rec["id"]}</h2>'
+            f'<p class="muted">{scope} · {why} · complexity {fmt_num(rec.get("complexity"))} · Go cap: '
+            + ('<span class="ok">fits</span>' if cap is None else f'<span class="bad">{html.escape(cap)}</span>')
+            + f' · <code>evolve emit-go {rec["id"]}</code>{more}</p>'
+            f'<div class="recgrid"><div><div class="muted">held-out error per regime '
+            f'(constants fitted without the held-out part)</div><div class="regimes" id="rec-regimes">{regimes}</div>'
+            f'<div class="muted">coverage: where it holds</div><div id="rec-coverage">{cov_html}</div></div>'
+            f'<div><pre id="rec-source">{html.escape(rec["source"])}</pre></div></div></section>')
 
 
 def _holdout_html(ev: Mapping) -> str:
@@ -164,13 +244,17 @@ def _components_html(components: Mapping[str, Mapping]) -> str:
 
 
 def report_html(archive, out_path, run: str | None = None, program_id: int | None = None,
-                baselines: Mapping[str, Any] | None = None, components: Mapping[str, Mapping] | None = None) -> str:
+                baselines: Mapping[str, Any] | None = None, components: Mapping[str, Mapping] | None = None,
+                gt=None) -> str:
     """Write ONE self-contained HTML page; returns its path.
 
-    components: model -> evolve.views.components_view.components_data entry (optional section).
+    It opens with the recommended program (`Archive.best_transfer` in scope): its error per
+    held-out regime, its coverage statement (from `gt`, the run's ground truth, when given) and
+    its source, so the answer is on the first screen; the plots and tables follow.
 
+    components: model -> evolve.views.components_view.components_data entry (optional section).
     baselines: name -> Evaluation (or archive record, or list of experiment-stage rows).
-    program_id: the program detailed at the bottom (default: `Archive.best_transfer` in scope).
+    program_id: the program detailed further down (default: the recommended one).
     The stored baseline runs ("baselines-...") are shown as baselines, never as search runs."""
     baselines = baselines_map(baselines)
     searched = lambda r: not str(r.get("run_id")).startswith(BASELINE_PREFIX)  # noqa: E731
@@ -178,12 +262,18 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     valid = [r for r in evals if r.get("eval_valid")]
     front = [r for r in search_frontier(archive, run) if searched(r)]
     front_ids = {r["id"] for r in front}
-    if program_id is not None:
-        chosen = archive.program(program_id)
-    else:
-        chosen = archive.best_transfer(run, skip_prefix=BASELINE_PREFIX)
+    recommended = archive.best_transfer(run, skip_prefix=BASELINE_PREFIX)
+    chosen = archive.program(program_id) if program_id is not None else recommended
     chosen_id = chosen["id"] if chosen else None
+    rec_id = recommended["id"] if recommended else None
     runs = [r for r in archive.runs() if (run is None and not r["id"].startswith(BASELINE_PREFIX)) or r["id"] == run]
+    cov, cov_error = None, None
+    if recommended is not None and gt is not None:
+        from evaluator.coverage import coverage
+        try:
+            cov = coverage(gt, recommended.get("objectives"))
+        except Exception as e:  # noqa: BLE001 - a statement that cannot be made is said, the page still written
+            cov_error = f"cannot be computed ({type(e).__name__}: {e})"
 
     title = f"StepEvolve report — {run}" if run else "StepEvolve report — all runs"
     run_rows = "".join(
@@ -192,22 +282,30 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
         f'<td class="l">{html.escape(str(r["data_fingerprint"] or ""))[:16]}</td>'
         f'<td class="l">{time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"]))}</td></tr>' for r in runs)
     llm = archive.llm_stats(run)
+    hv = front_hypervolume(valid)
+    best = min((e for e in (ranked_error(r.get("objectives")) for r in valid) if e is not None), default=None)
     body = [f"<h1>{html.escape(title)}</h1>",
             f'<p class="muted">generated {time.strftime("%Y-%m-%d %H:%M:%S")} from {html.escape(str(archive.path))} · '
             f"{len(evals)} full evaluations ({len(valid)} valid) · frontier {len(front)} programs · "
-            f"LLM calls {llm['calls']} ({llm['prompt_tokens'] + llm['completion_tokens']} tokens, "
-            f"${llm['cost_usd']:.4f}). Errors are relative (|pred − meas| / meas) on the held-out part; "
-            f"hover a mark for details, drag to zoom, double-click to reset.</p>",
+            f"hypervolume {hv:.3f} · LLM calls {llm['calls']} ({llm['prompt_tokens'] + llm['completion_tokens']} "
+            f"tokens, ${llm['cost_usd']:.4f}). Errors are relative (|pred − meas| / meas) on data the constants "
+            "did not see.</p>",
+            _recommended_html(recommended, run, cov, cov_error, chosen_id),
             '<table><tr><th class="l">run</th><th class="l">status</th><th>seed</th><th>evaluated</th><th>budget</th>'
             f'<th class="l">data</th><th class="l">started</th></tr>{run_rows}</table>',
             "<h2>Pareto view</h2>",
-            '<div class="plots">' + _plot(pareto_figure(evals, front_ids, baselines, chosen), "plot-pareto")
+            '<p class="muted">Hover a mark for details, drag to zoom, double-click to reset. The axes fit the '
+            "candidates; the baselines are the dotted reference lines.</p>",
+            '<div class="plots">' + _plot(pareto_figure(evals, front_ids, baselines, chosen, rec_id), "plot-pareto")
             + _plot(ttft_itl_figure(evals, front_ids, baselines), "plot-ttft-itl") + "</div>",
             "<h2>Frontier</h2>", _table_html([r for r in frontier_table(archive, run)
                                                if not str(r.get("run")).startswith(BASELINE_PREFIX)], chosen_id)]
     if baselines:
         body.append(_baseline_table(baselines))
-    body.append("<h2>Search progress</h2>" + _plot(progress_figure(evals), "plot-progress"))
+    body.append("<h2>Search progress</h2>"
+                f'<p class="muted">best error so far {fmt_err(best)} (what the search ranks on: the worst held-out '
+                f"regime, in-sample E2E for runs without held-out splits); hypervolume {hv:.3f}, the figure the run "
+                "summary prints.</p>" + _plot(progress_figure(evals), "plot-progress"))
     if components:
         body.append(_components_html(components))
     if chosen:
