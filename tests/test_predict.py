@@ -180,3 +180,16 @@ def test_archive_program_predicts_with_its_stored_constants(capsys, tmp_path, gt
     assert d["constants"]["values"] == [20000.0] and d["program"] == f"#{pid}"
     assert d["points"][0]["e2e"]["p50"] == pytest.approx(2.006, abs=1e-9)
     assert d["points"][0]["band"]["e2e"] == pytest.approx(0.05)  # in-sample error: the only one stored
+
+
+def test_trace_of_a_measured_experiment_carries_its_measurements(gt, const_files):
+    """A measured experiment replayed on its own deployment: one row per stage, the measured
+    means beside, in-sample regime only (the model, TP, lengths and load were fitted)."""
+    stored = load_program_file(*const_files)
+    e = next(x for x in gt.experiments if x.model == "codellama-34b" and x.workload == "general")
+    from evaluator.predict import deployment_of
+    res = predict(stored, gt, deployment_of(e, gt), trace=e)
+    assert [p["label"] for p in res["points"]] == [f"stage {s.index}" for s in e.stages]
+    for p, s in zip(res["points"], e.stages):
+        assert p["measured"]["e2e_mean"] == s.e2e_s and p["rate"] == s.rate
+        assert p["regimes"] == [] and p["e2e"]["mean"] > 0
