@@ -30,6 +30,7 @@ from evaluator.components import COMPONENT_INDEX, COMPONENTS, MEASURED_NAMES, MO
 from evaluator.data import GroundTruth, per_token_time
 from evaluator.holdout import (KINDS, Split, holdout_scores, make_split, reuses_main_overheads, split_by_label,
                                split_evaluation, splits_of)
+from evaluator.fingerprint import fingerprint
 from evaluator.fitting import (MAX_STATES_PER_STAGE, Overheads, StageStates, fit_constants, fit_overheads,
                                states_to_components, subsample)
 from evaluator.objectives import FAILURE, selection_loss
@@ -412,6 +413,7 @@ class Evaluator:
                 consts[key], _ = fit_constants(f, compiled_gradient(program), x0, st, self._rows_for(exps),
                                                self._constraints(key, exps).for_program(program.params))
         refine = fit and refine and constants is None and not kinds
+        surrogate = consts  # what a screen (or a full job started from it) fingerprints
         why = self.unphysical(f, consts, program.params)
         if why is not None:
             return self._invalid(why, t0, consts)
@@ -438,6 +440,8 @@ class Evaluator:
             if bad2 is None and self._train_loss(f, new, results2) <= self._train_loss(f, consts, results):
                 consts, results = new, results2
         ev = self._score(f, consts, results, overheads)
+        if ev.valid:
+            ev = replace(ev, fingerprint=fingerprint(self, f, surrogate))
         if ev.valid and fit and constants is None and self.diagnostics:
             ev = replace(ev, identifiability=self._identifiability(program, consts, results if refine else None))
         if kinds and ev.valid:

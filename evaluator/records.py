@@ -70,6 +70,9 @@ class Evaluation:
     # per fitting group (model, or "*"): which constants the fitting states pin down
     # (evaluator.identify): rank, n_constants, unpinned names, a one-line summary
     identifiability: dict[str, dict] = field(default_factory=dict)
+    # predicted step times on a fixed probe set with the fitted constants (evaluator.fingerprint):
+    # the search's test for "behaves like a program already evaluated"; () when not computed
+    fingerprint: tuple = ()
 
     @classmethod
     def invalid(cls, error: str, complexity: float | None = None, seconds: float = 0.0,
@@ -94,7 +97,8 @@ class Evaluation:
                 "steps": {k: dict(v) for k, v in self.steps.items()},
                 "objectives": dict(self.objectives), "sim_steps": int(self.sim_steps),
                 "seconds": float(self.seconds), "holdout": {k: dict(v) for k, v in self.holdout.items()},
-                "identifiability": {k: dict(v) for k, v in self.identifiability.items()}}
+                "identifiability": {k: dict(v) for k, v in self.identifiability.items()},
+                "fingerprint": list(self.fingerprint)}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Evaluation":
@@ -111,4 +115,5 @@ class Evaluation:
             kw[k] = dict(kw.get(k, {}))
         kw["sim_steps"] = int(kw.get("sim_steps", 0))
         kw["seconds"] = float(kw.get("seconds", 0.0))
+        kw["fingerprint"] = tuple(kw.get("fingerprint", ()))
         return cls(**kw)

@@ -71,11 +71,12 @@ from evolve.pareto import pareto_front
 OBJECTIVE_COLUMNS = tuple(k for k in ORDER if k not in REGIMES_OPTIONAL)
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 STAGES = ("screen", "full")
-SCHEMA_VERSION = 4  # 4: pending_results (kept results of a killed run)
+SCHEMA_VERSION = 5  # 4: pending_results (kept results of a killed run); 5: fingerprint, twin_of
 # columns added after version 1: (table, column, SQL type), added in place to an older archive
 ADDED_COLUMNS = (("evaluations", "lowo_e2e", "FLOAT"), ("evaluations", "lomo_e2e", "FLOAT"),
                  ("evaluations", "load_e2e", "FLOAT"), ("evaluations", "holdout", "JSON"),
-                 ("evaluations", "identifiability", "JSON"))
+                 ("evaluations", "identifiability", "JSON"), ("evaluations", "fingerprint", "JSON"),
+                 ("evaluations", "twin_of", "INTEGER"))
 
 
 
@@ -142,6 +143,11 @@ class EvaluationRow(Base):
     load_e2e: Mapped[float | None] = mapped_column(Float, nullable=True)
     holdout: Mapped[Any] = mapped_column(JSON, nullable=True)  # evaluator.holdout detail per kind
     identifiability: Mapped[Any] = mapped_column(JSON, nullable=True)  # evaluator.identify per group
+    # evaluator.fingerprint of the screen's constants: how the search finds behavioural twins
+    fingerprint: Mapped[Any] = mapped_column(JSON, nullable=True)
+    # a screened candidate that behaves like this earlier program of its run: its full
+    # evaluation was skipped (evolve.search)
+    twin_of: Mapped[int | None] = mapped_column(Integer, nullable=True)
     rows: Mapped[Any] = mapped_column(JSON, default=list)
     steps: Mapped[Any] = mapped_column(JSON, default=dict)
     constants: Mapped[Any] = mapped_column(JSON, default=dict)
@@ -503,6 +509,20 @@ class Archive:
             r = s.get(Run, run_id)
             return _run_record(r) if r is not None else None
 
+    def work_counts(self, run_id: str) -> dict[str, int]:
+        """How the run's counted proposals were spent: `full` evaluations, `screen`s that did
+        not earn one, and `twins` (screens that earned one but behave like an earlier member,
+        so its full evaluation stands for theirs)."""
+        q = (select(EvaluationRow.stage, EvaluationRow.twin_of.is_not(None), func.count())
+             .join(ProgramRow, ProgramRow.id == EvaluationRow.program_id)
+             .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True))
+             .group_by(EvaluationRow.stage, EvaluationRow.twin_of.is_not(None)))
+        out = {"full": 0, "screen": 0, "twins": 0}
+        with self._read() as s, s.begin():
+            for stage, is_twin, n in s.execute(q):
+                out["twins" if is_twin else stage] = out.get("twins" if is_twin else stage, 0) + int(n)
+        return out
+
     def runs(self) -> list[dict]:
         with self._read() as s, s.begin():
             return [_run_record(r) for r in s.scalars(select(Run).order_by(Run.created_at))]
@@ -572,7 +592,7 @@ class Archive:
     def add_candidate(self, run_id: str, program, parents: Sequence[int] = (), operator: str = "llm",
                       generation: int = 0, evaluation=None, stage: str = "full", llm_model: str | None = None,
                       valid: bool = True, reject_reason: str | None = None, count: bool = True,
-                      llm_cache_key: str | None = None) -> int:
+                      llm_cache_key: str | None = None, twin_of: int | None = None) -> int:
         """Program + its evaluation (+ n_evaluated += 1 if count, + link of the LLM call) in ONE
         transaction: either all of it is stored or none. A duplicate or rejected program is
         stored without its evaluation and is not counted. Returns the program id."""
@@ -580,7 +600,7 @@ class Archive:
             row = self._new_program(s, run_id, program, parents, operator, generation, llm_model, valid,
                                     reject_reason)
             if evaluation is not None and row.valid:
-                self._put_evaluation(s, row.id, evaluation, stage)
+                self._put_evaluation(s, row.id, evaluation, stage, twin_of=twin_of)
                 if count:
                     self._bump(s, run_id, 1)
             if llm_cache_key:
@@ -618,7 +638,8 @@ class Archive:
             return self._find(s, run_id, canonical_hash)
 
     # ------------------------------------------------------------ evaluations
-    def _put_evaluation(self, s: Session, program_id: int, evaluation, stage: str, flush: bool = True) -> None:
+    def _put_evaluation(self, s: Session, program_id: int, evaluation, stage: str, flush: bool = True,
+                        twin_of: int | None = None) -> None:
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}")
         d = _as_evaluation(evaluation).to_json()
@@ -630,6 +651,7 @@ class Archive:
         vals = dict(valid=d["valid"], error=d["error"], objectives=obj, rows=d["rows"], steps=d["steps"],
                     constants=d["constants"], overheads=d["overheads"], holdout=d["holdout"] or None,
                     identifiability=d["identifiability"] or None,
+                    fingerprint=d["fingerprint"] or None, twin_of=twin_of,
                     sim_steps=d["sim_steps"],
                     seconds=d["seconds"], stage=stage, created_at=time.time(),
                     **{k: sortable_or_none(obj.get(k)) for k in OBJECTIVE_COLUMNS})
@@ -663,17 +685,17 @@ class Archive:
         """Every accepted program of the run, in evaluation order (those without an evaluation
         last): id, generation, canonical_hash, source, stage, objectives ({} without an
         evaluation) and evaluated (whether it counts in n_evaluated) — what `--resume` rebuilds
-        the search from."""
+        the search from, with each one's behavioural fingerprint."""
         q = (select(ProgramRow.id, ProgramRow.generation, ProgramRow.canonical_hash, ProgramRow.source,
-                    EvaluationRow.id, EvaluationRow.stage, EvaluationRow.objectives)
+                    EvaluationRow.id, EvaluationRow.stage, EvaluationRow.objectives, EvaluationRow.fingerprint)
              .outerjoin(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
              .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True)))
         with self._read() as s, s.begin():
             rows = s.execute(q).all()
         rows.sort(key=lambda r: (r[4] is None, r[4] or 0, r[0]))
         return [{"id": pid, "generation": int(gen or 0), "canonical_hash": h, "source": src, "stage": stage,
-                 "objectives": dict(obj or {}), "evaluated": eid is not None}
-                for pid, gen, h, src, eid, stage, obj in rows]
+                 "objectives": dict(obj or {}), "evaluated": eid is not None, "fingerprint": tuple(fp or ())}
+                for pid, gen, h, src, eid, stage, obj, fp in rows]
 
     # ------------------------------------------------------------ pending results (resume)
     def put_pending(self, run_id: str, canonical_hash: str, kind: str, evaluation) -> None:

@@ -35,6 +35,7 @@ from evaluator.holdout import split_labels
 from evaluator.objectives import (IN_SAMPLE_ORDER, INVALID, finite_or_none, has_heldout, in_sample_loss,
                                   invalid_objectives, objective_vector, ranked, selection_loss)
 from evaluator import physics
+from evaluator.fingerprint import twins
 from evaluator.identify import fold_constants
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.records import Evaluation
@@ -84,6 +85,7 @@ class Member:
     program: Program
     objectives: dict
     generation: int
+    fingerprint: tuple = ()  # evaluator.fingerprint of its screen: what its twins are found by
 
     @property
     def vector(self):
@@ -126,6 +128,13 @@ class SearchState:
         order = GATE_ORDER if any(has_heldout(f.objectives) for f in self.frontier) else IN_SAMPLE_ORDER
         v = objective_vector(objectives, order)
         return not any(_dominates(objective_vector(f.objectives, order), v) for f in self.frontier)
+
+    def twin_of(self, fp) -> int | None:
+        """Id of the earliest member that behaves like a candidate with fingerprint `fp`
+        (`evaluator.fingerprint.twins`), or None: its full evaluation would buy nothing new."""
+        if not fp:
+            return None
+        return next((m.id for m in self.members if twins(fp, m.fingerprint)), None)
 
     @staticmethod
     def _valid(m: Member) -> bool:
@@ -208,7 +217,7 @@ class Search:
                         prog = parse_program(r["source"])
                     except ProgramError:
                         continue
-                    self.state.add(Member(r["id"], prog, r["objectives"], r["generation"]))
+                    self.state.add(Member(r["id"], prog, r["objectives"], r["generation"], r["fingerprint"]))
             elif r["canonical_hash"]:
                 self._redo[r["canonical_hash"]] = r
         self._pending = self.archive.pending(run_id)
@@ -422,16 +431,17 @@ class Search:
         return out
 
     # -------------------------------------------------------------- evaluation
-    def _write(self, c: Candidate, ev: Evaluation, stage: str) -> None:
-        """One candidate and its evaluation, in one archive transaction."""
+    def _write(self, c: Candidate, ev: Evaluation, stage: str, twin_of: int | None = None) -> None:
+        """One candidate and its evaluation, in one archive transaction (`twin_of`: the member
+        it behaves like, whose full evaluation stands for its own)."""
         if not ev.valid:  # whatever the failure, ranked as invalid at the program's complexity
             ev = replace(ev, objectives=invalid_objectives(c.program.complexity.total))
         pid = self.archive.add_candidate(
             self.run_id, c.program, parents=list(c.parents), operator=c.operator, generation=self.generation,
             evaluation=ev, stage=stage, llm_model=self.cfg.llm if c.operator.startswith("llm") else None,
-            llm_cache_key=c.llm_cache_key)
+            llm_cache_key=c.llm_cache_key, twin_of=twin_of)
         if stage == "full":
-            self.state.add(Member(pid, c.program, ev.objectives, self.generation))
+            self.state.add(Member(pid, c.program, ev.objectives, self.generation, ev.fingerprint))
 
     @staticmethod
     def _full_job(i: int, c: Candidate, screen_ev: Evaluation, batch: int) -> Job:
@@ -500,6 +510,7 @@ class Search:
         kept = False  # whether results were kept in the archive's pending table
         hashes = dict(todo)
         gate: dict[int, bool] = {}  # the in-order decision per candidate
+        twin: dict[int, int] = {}  # a candidate that would earn its full evaluation but behaves like a member
         asked: set[int] = set()  # full evaluations submitted (needed or speculative)
         looked: dict[int, int] = {}  # state size when a speculation was last declined
         k = 0
@@ -516,13 +527,16 @@ class Search:
                 if i in stored:
                     r = stored[i]
                     if r["stage"] == "full" and r["objectives"]:
-                        self.state.add(Member(r["id"], c.program, r["objectives"], self.generation))
+                        self.state.add(Member(r["id"], c.program, r["objectives"], self.generation, r["fingerprint"]))
                     k += 1
                     continue
                 if i not in first:
                     break
                 if i not in gate:
                     gate[i] = screen and first[i].valid and self.state.would_enter(first[i].objectives, c.program)
+                    t = self.state.twin_of(first[i].fingerprint) if gate[i] else None
+                    if t is not None:  # its full evaluation would repeat member t's
+                        gate[i], twin[i] = False, t
                 if gate[i]:
                     if i not in full:
                         if i not in asked:
@@ -532,7 +546,7 @@ class Search:
                         break
                     self._write(c, full[i], "full")
                 else:
-                    self._write(c, first[i], first_kind)
+                    self._write(c, first[i], first_kind, twin_of=twin.get(i))
                 self._phase("write", i)
                 k += 1
             # a result whose candidate waits (on an earlier one, or on its full evaluation) is
@@ -550,7 +564,8 @@ class Search:
                             looked.get(i) == len(self.state.members):
                         continue
                     looked[i] = len(self.state.members)
-                    if self.state.would_enter(first[i].objectives, c.program):
+                    if self.state.would_enter(first[i].objectives, c.program) and \
+                            self.state.twin_of(first[i].fingerprint) is None:
                         pool.submit(self._full_job(i, c, first[i], b))
                         asked.add(i)
             if k < len(todo):
@@ -568,7 +583,8 @@ class Search:
                 self.seen.add(r["canonical_hash"])
             if r["stage"] == "full" and r["objectives"]:
                 try:
-                    self.state.add(Member(r["id"], parse_program(r["source"]), r["objectives"], self.generation))
+                    self.state.add(Member(r["id"], parse_program(r["source"]), r["objectives"], self.generation,
+                                          r["fingerprint"]))
                 except ProgramError:
                     pass
         self.archive.set_frontier(self.run_id, [m.id for m in self.state.frontier])
