@@ -169,12 +169,23 @@ def test_api_shapes(server, built):
     lo, hi = pts["complexity_range"]
     assert lo <= hi and all(lo <= p["complexity"] <= hi for p in pts["points"])
 
-    # the run's history: one entry per full evaluation, best E2E never rising, hypervolume never falling
+    # the run's history: one entry per full evaluation, the best ranked error (the worst held-out
+    # regime) never rising, the hypervolume (the run summary's figure) never falling
     hist = pts["history"]["runs"][built["run"]]
     assert [i for i, _, _ in hist] == list(range(1, pts["n_total"] + 1))
     bests = [b for _, b, _ in hist if b is not None]
-    assert bests == sorted(bests, reverse=True) and bests[-1] == min(p["e2e_mean"] for p in pts["points"])
+    assert pts["history"]["label"] == "worst held-out regime error"
+    ranked = [p["ranked_error"] for p in pts["points"] if p["ranked_error"] is not None]
+    assert bests == sorted(bests, reverse=True) and bests[-1] == pytest.approx(min(ranked))
     assert [h for *_, h in hist] == sorted(h for *_, h in hist)
+    # the program to take, its regimes, and the frontier's behavioural duplicates
+    rec_id = pts["recommended"]
+    assert rec_id == Archive(built["path"], readonly=True).best_transfer(built["run"])["id"]
+    assert [p["id"] for p in pts["points"] if p["recommended"]] == [rec_id]
+    keys = [k for k, _ in pts["regimes"]]
+    assert keys[:3] == ["lowo_e2e", "lomo_e2e", "load_e2e"] and all(k in pts["points"][0] for k in keys)
+    for p in pts["points"]:
+        assert p["duplicate_of"] is None or p["duplicate_of"] in {q["id"] for q in pts["points"] if q["duplicates"]}
 
     st, cut = get(server, f"/api/points?run={built['run']}&max_complexity={lo}")
     assert st == 200 and 1 <= len(cut["points"]) < len(pts["points"])
@@ -188,6 +199,11 @@ def test_api_shapes(server, built):
     assert ev["valid"] and ev["rows"] and ev["constants"]
     assert {"experiment", "stage", "e2e_err", "ttft_err", "itl_err"} <= set(ev["rows"][0])
     assert rec["go_cap"] is None and rec["const_names"]
+    st, best = get(server, f"/api/program/{rec_id}")
+    assert best["recommended"] and [r["key"] for r in best["regimes"]] == keys
+    assert sum(r["worst"] for r in best["regimes"]) == 1
+    heads = [h for h, _ in best["coverage"]]
+    assert heads == ["Fitted on", "Seen", "Held-out error per regime", "Not validated for"]
 
     st, go = get(server, f"/api/program/{built['best']}/go")
     assert st == 200 and go["ok"] and "package latency" in go["code"] and go["models"]
@@ -268,6 +284,8 @@ def test_reads_while_another_process_holds_the_write_lock(server, built):
         c.execute("ROLLBACK")
         print("released", flush=True)
     """)
+    for path in (f"/api/program/{built['best']}", f"/api/program/{built['best']}/go"):
+        get(server, path)  # the run's data, loaded once for the coverage and the Go view, is not what is timed
     proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "locked"
@@ -322,7 +340,8 @@ def _points(page) -> int:
 def _click_point(page, pid: int) -> None:
     """Click program `pid` as a user does: Plotly clicks the point it hovers, and where marks
     overlap (a baseline square, a neighbour) the user moves until the tooltip names it."""
-    page.wait_for_selector("#plot g.tracebaseline0 path.point")  # the last redraw after loading
+    # the last redraw after loading: the baselines' reference lines
+    page.wait_for_function("() => Number(document.getElementById('plot').dataset.baselines || 0) > 0")
     found = page.evaluate(_POINT_XY, pid)
     assert found is not None, f"program {pid} is not plotted"
     mine, others = found
@@ -355,7 +374,35 @@ def test_page_plot_panel_and_filter(page, server, built, tmp_path):
     assert page.locator("#run").input_value() == built["run"]
     n_front = sum(p["frontier"] for p in pts["points"])
     assert page.locator("#plot g.tracefrontier path.point").count() == n_front
-    assert page.locator("#ftable tbody tr").count() == n_front
+    rows = [p for p in pts["points"] if p["frontier"] and p["duplicate_of"] is None]  # duplicates collapsed
+    assert page.locator("#ftable tbody tr").count() == len(rows)
+
+    # the first screen, without a click: the recommended program, its regimes and coverage
+    rec_id = pts["recommended"]
+    page.wait_for_function("id => document.querySelector('#pid')?.textContent === 'Program #' + id", arg=rec_id)
+    page.wait_for_selector("#coverage li")
+    assert "★ recommended" in page.locator("#rectag").inner_text()
+    regimes = page.locator("#regimes").inner_text().upper()
+    for _, label in pts["regimes"]:
+        assert label.upper() in regimes
+    assert "WORST" in regimes
+    cov = page.locator("#coverage").inner_text()
+    assert "Fitted on:" in cov and "Not validated for:" in cov
+    height = page.viewport_size["height"]
+    for sel in ("#pid", "#regimes", "#coverage"):
+        box = page.locator(sel).bounding_box()
+        assert box and box["y"] >= 0 and box["y"] + box["height"] <= height, (sel, box)
+    assert page.evaluate("() => document.getElementById('panel').scrollTop") == 0
+    assert page.locator(f"#ftable tbody tr[data-id='{rec_id}']").inner_text().startswith("★")
+    page.screenshot(path=str(tmp_path / "ui-first-screen.png"))
+    # the frontier table sorts by any column: the worst regime, ascending, then descending
+    page.click("#ftable th[data-key='ranked_error']")
+    vals = [p["ranked_error"] for p in rows if p["ranked_error"] is not None]
+    first = page.locator("#ftable tbody tr").first.get_attribute("data-id")
+    assert {p["id"]: p["ranked_error"] for p in rows}[int(first)] == min(vals)
+    page.click("#ftable th[data-key='ranked_error']")
+    first = page.locator("#ftable tbody tr").first.get_attribute("data-id")
+    assert {p["id"]: p["ranked_error"] for p in rows}[int(first)] == max(vals)
     # the search history: best E2E and hypervolume of the run
     assert page.locator("#history g.trace path.js-line").count() == 2
 

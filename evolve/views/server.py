@@ -11,11 +11,18 @@ GET /static/<name>                     only those three names (a fixed table, no
 GET /api/runs                          {"archive", "runs": [run...], "default": run id}
 GET /api/points?run=&max_complexity=   {"run", "max_complexity", "points": [point...],
                                        "n_total", "n_unplottable", "complexity_range": [lo, hi],
-                                       "history": {"ref", "runs": {run: [[i, best e2e, hv]...]}}}
+                                       "recommended": id (Archive.best_transfer; the page opens on it),
+                                       "regimes": [[key, label]...], "ranked_label",
+                                       "history": {"ref", "label", "runs": {run: [[i, best, hv]...]}}}
                                        point = {id, complexity, e2e_mean, e2e_worst, ttft_mean,
-                                       itl_mean, step_mape, frontier, operator, generation, run_id}
+                                       itl_mean, step_mape, the held-out regimes, ranked_error,
+                                       frontier, recommended, duplicates, duplicate_of, operator,
+                                       generation, run_id}; best and hv: evolve.views.history
 GET /api/program/<id>                  the archive record (program + full evaluation) plus
-                                       "const_names" and "go_cap" (None = fits the Go cap)
+                                       "const_names", "go_cap" (None = fits the Go cap),
+                                       "recommended" (bool), "regimes" [{key, label, value, worst}]
+                                       and "coverage" ([[heading, text]...]: what `show` prints)
+                                       or "coverage_error"
 GET /api/program/<id>/go               {"program_id", "ok", "code" | "error", "models"}: what
                                        `evolve emit-go` writes with its defaults (same function,
                                        dead-branch simplification included); "ok" is false
@@ -49,7 +56,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from evaluator.data import load
-from evaluator.objectives import Caps, finite_or_none, objective_vector
+from evaluator.objectives import BY_NAME, REGIMES, Caps, finite_or_none
 from evolve.archive import Archive
 from evolve.archive_check import ArchiveError, check_archive_file
 from evolve.spend import Spend
@@ -58,7 +65,8 @@ from evolve.pareto import pareto_front
 from evolve.views.holdout_table import holdout_summary, split_errors
 from evolve.views.format import BASELINE_PREFIX, clean_json, complexity_of, const_names, go_cap_status
 from evolve.views.go_view import GoView
-from evolve.views.plots import progress_series
+from evolve.views.history import HV_REF, progress_series, ranked_error, ranked_error_label, worst_regime
+from evolve.views.tables import duplicate_groups
 
 __all__ = ["make_server", "serve", "UIError"]
 
@@ -118,6 +126,16 @@ class _App:
         self._baselines: dict[str, dict] = {}
         self._baseline_locks: dict[str, threading.Lock] = {}
         self.go_view = GoView(load)
+        self._gt: dict[str, object] = {}
+        self._gt_lock = threading.Lock()
+
+    def ground_truth(self, data):
+        """The ground truth of a run's data source (None: the embedded default), loaded once."""
+        key = json.dumps(data)
+        with self._gt_lock:
+            if key not in self._gt:
+                self._gt[key] = load(data)
+            return self._gt[key]
 
     # ------------------------------------------------------------ runs
     def runs(self) -> dict:
@@ -162,10 +180,20 @@ class _App:
             c, e = complexity_of(r), finite_or_none((r.get("objectives") or {}).get("e2e_mean"))
             if r.get("eval_valid") and c is not None and e is not None:
                 plottable.append((r, c, e))
-        if not run:  # all runs: the Pareto front of everything shown
-            items = [(r["id"], objective_vector(r.get("objectives") or {})) for r, _, _ in plottable]
-            front_ids = {pid for pid, _ in pareto_front(items, key=lambda it: it[1])}
+        if not run:  # all runs: the Pareto front of everything shown (objective dicts: one shared vector order)
+            front_ids = {r["id"] for r in pareto_front([r for r, _, _ in plottable],
+                                                       key=lambda r: r.get("objectives") or {})}
+        with _open(self.path) as a:
+            rec = a.best_transfer(run, skip_prefix=BASELINE_PREFIX)
+            rec_id = rec["id"] if rec else None
+            # behavioural duplicates among the frontier (tables.same_behaviour reads the rows)
+            full = [a.program(r["id"]) for r, _, _ in plottable if r["id"] in front_ids]
+        leader_of, dups = {}, {}
+        for g in duplicate_groups([r for r in full if r is not None], rec_id):
+            dups[g[0]["id"]] = sorted(r["id"] for r in g[1:])
+            leader_of.update({r["id"]: g[0]["id"] for r in g[1:]})
         cs = [c for _, c, _ in plottable]
+        regimes = [k for k in REGIMES if any(k in (r.get("objectives") or {}) for r, _, _ in plottable)]
         pts = []
         for r, c, e in plottable:
             if max_complexity is not None and c > max_complexity:
@@ -173,13 +201,17 @@ class _App:
             obj = r.get("objectives") or {}
             pts.append({"id": r["id"], "complexity": c, "e2e_mean": e,
                         **{k: finite_or_none(obj.get(k)) for k in ("e2e_worst", "ttft_mean", "itl_mean", "step_mape")},
-                        "frontier": r["id"] in front_ids, "operator": r.get("operator"),
-                        "generation": r.get("generation"), "run_id": r["run_id"]})
-        ref = (max(cs + [1.0]) + 1.0, 1.0)
-        history = {"ref": list(ref), "runs": {rid: [list(t) for t in s]
-                                              for rid, s in sorted(progress_series(evals, ref).items())}}
+                        **{k: finite_or_none(obj.get(k)) for k in regimes},
+                        "ranked_error": ranked_error(obj), "worst_regime": worst_regime(obj),
+                        "frontier": r["id"] in front_ids, "recommended": r["id"] == rec_id,
+                        "duplicates": dups.get(r["id"], []), "duplicate_of": leader_of.get(r["id"]),
+                        "operator": r.get("operator"), "generation": r.get("generation"), "run_id": r["run_id"]})
+        label = ranked_error_label(r.get("objectives") for r in evals)
+        history = {"ref": list(HV_REF), "label": label,
+                   "runs": {rid: [list(t) for t in s] for rid, s in sorted(progress_series(evals).items())}}
         return {"run": run or "", "max_complexity": max_complexity, "points": pts, "n_total": len(evals),
-                "n_unplottable": len(evals) - len(plottable),
+                "n_unplottable": len(evals) - len(plottable), "recommended": rec_id,
+                "regimes": [[k, BY_NAME[k].label] for k in regimes], "ranked_label": label,
                 "complexity_range": [min(cs), max(cs)] if cs else None, "history": history}
 
     # ------------------------------------------------------------ programs
@@ -198,6 +230,20 @@ class _App:
     def program(self, pid: str) -> dict:
         with _open(self.path) as a:
             rec = self._record(a, pid)
+            best = a.best_transfer(rec["run_id"])
+            run = a.get_run(rec["run_id"]) or {}
+        obj = rec.get("objectives") or {}
+        worst = worst_regime(obj)
+        rec["recommended"] = best is not None and best["id"] == rec["id"]
+        rec["regimes"] = [{"key": k, "label": BY_NAME[k].label, "value": finite_or_none(obj.get(k)),
+                           "worst": BY_NAME[k].label == worst} for k in REGIMES if k in obj]
+        if (rec.get("evaluation") or {}).get("valid"):  # where it holds: the statement `show` prints
+            from evaluator.coverage import coverage, coverage_lines
+            try:
+                gt = self.ground_truth((run.get("config") or {}).get("data"))
+                rec["coverage"] = [list(ln.partition(": ")[::2]) for ln in coverage_lines(coverage(gt, obj))]
+            except Exception as e:  # noqa: BLE001 - the run's data may be gone: said, not fatal
+                rec["coverage_error"] = f"the run's data cannot be read ({type(e).__name__}: {e})"
         rec["const_names"] = const_names(rec["source"])
         rec["go_cap"] = go_cap_status(rec)
         rec["baseline_run"] = str(rec["run_id"]).startswith(BASELINE_PREFIX)

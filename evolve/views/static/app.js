@@ -42,7 +42,8 @@ async function api(path) {
 }
 
 const S = {runs: [], run: "", maxC: null, range: null, points: [], sel: null, baselines: new Map(),
-           base: null, token: 0, ptoken: 0, history: null};
+           base: null, token: 0, ptoken: 0, history: null, recommended: null, regimes: [], rankedLabel: "",
+           sort: {key: "complexity", dir: 1}};
 
 function readHash() {
   const out = {};
@@ -74,7 +75,11 @@ async function init() {
   }
   const want = hs.run !== undefined && (hs.run === "" || r.runs.some((x) => x.id === hs.run)) ? hs.run : (r.default || "");
   sel.value = want; S.run = want;
-  sel.addEventListener("change", () => { S.run = sel.value; S.maxC = null; S.range = null; loadPoints(true); writeHash(); });
+  sel.addEventListener("change", async () => {
+    S.run = sel.value; S.maxC = null; S.range = null; S.sel = null; writeHash();
+    await loadPoints(true);
+    if (S.recommended !== null) select(S.recommended);  // a new run opens on its recommended program
+  });
   const cxr = $("#cxr"), cx = $("#cx");
   let timer = null;
   const apply = (v) => { S.maxC = v === "" ? null : Number(v); loadPoints(false); };
@@ -84,7 +89,9 @@ async function init() {
   $("#logy").addEventListener("change", () => { S.logTouched = true; drawPlot(); writeHash(); });
   window.addEventListener("resize", () => { clearTimeout(S.rt); S.rt = setTimeout(drawAll, 100); });
   await loadPoints(true);
+  // the page opens on the program to take (the run's recommended one) unless the link names another
   if (hs.p && /^[0-9]+$/.test(hs.p)) select(Number(hs.p));
+  else if (S.recommended !== null) select(S.recommended);
 }
 
 async function loadPoints(newRun) {
@@ -96,11 +103,15 @@ async function loadPoints(newRun) {
   try { r = await api(url); } catch (e) { $("#status").textContent = "error: " + e.message; return; }
   if (my !== S.ptoken) return;
   S.points = r.points;
+  S.recommended = r.recommended === undefined ? null : r.recommended;
+  S.regimes = r.regimes || []; S.rankedLabel = r.ranked_label || "";
   if (r.history) S.history = r.history;
   if (newRun || !S.range) {
     S.range = r.complexity_range;
     if (!S.logTouched) {  // a log axis by default when the errors span more than 20x
-      const es = S.points.map((p) => p.e2e_mean).filter((v) => v > 0);
+      // over the errors the plot shows (a runaway program above 3x the frontier's worst is left out)
+      const fmax = Math.max(0, ...S.points.filter((p) => p.frontier).map((p) => p.e2e_mean).filter(fin));
+      const es = S.points.map((p) => p.e2e_mean).filter((v) => v > 0 && (!fmax || v <= 3 * fmax));
       $("#logy").checked = es.length > 1 && Math.max(...es) / Math.min(...es) > 20;
     }
     const lo = S.range ? Math.floor(S.range[0]) : 0, hi = S.range ? Math.ceil(S.range[1]) : 0;
@@ -142,7 +153,7 @@ function baselinePoints() {
   for (const [name, b] of Object.entries(S.base.baselines)) {
     const col = BCOL[j++ % BCOL.length];
     const c = b.objectives.complexity, e = b.objectives.e2e_mean;
-    if (b.valid && fin(c) && fin(e) && (S.maxC === null || c <= S.maxC)) out.push({name, c, e, col});
+    if (b.valid && fin(e)) out.push({name, c, e, col});  // a reference line: its complexity does not matter
   }
   return out;
 }
@@ -158,6 +169,14 @@ function staircase(fr) {
   let best = Infinity;
   for (const p of fr) if (p.e2e_mean < best) { stair.push(p); best = p.e2e_mean; }
   return stair;
+}
+
+function recommendedTrace() {  // the program a run hands over, as a star
+  const p = S.points.find((q) => q.recommended);
+  if (!p) return [];
+  return [{uid: "recommended", type: "scatter", mode: "markers", name: `★ recommended #${p.id}`, x: [p.complexity],
+           y: [p.e2e_mean], customdata: [p.id], hovertext: [pointTip(p) + "<br>★ recommended"], hoverinfo: "text",
+           marker: {symbol: "star", size: 17, color: "#f5b301", line: {color: "#7a4d00", width: 1}}}];
 }
 
 function selectedXY() {
@@ -180,14 +199,12 @@ function drawPlot() {
   const data = [
     {uid: "stair", type: "scatter", mode: "lines", name: "complexity–E2E front", x: stair.map((p) => p.complexity),
      y: stair.map((p) => p.e2e_mean), line: {shape: "hv", color: ACC, width: 1.6, dash: "dash"}, hoverinfo: "skip"},
-    ...bp.map((b, j) => ({uid: "baseline" + j, type: "scatter", mode: "markers", name: "baseline " + esc(b.name),
-                          x: [b.c], y: [b.e], hovertext: [`baseline ${esc(b.name)}<br>complexity ${num(b.c)}<br>E2E ${pct(b.e)}`],
-                          hoverinfo: "text", marker: {symbol: "square", size: 11, color: b.col}})),
     {uid: "evaluated", type: "scatter", mode: "markers", name: "evaluated", ...marker(rest),
      marker: {color: PT, size: 8, opacity: 0.6, line: {width: 0}}},
     {uid: "frontier", type: "scatter", mode: fr.length <= 14 ? "markers+text" : "markers", name: "frontier (all objectives)",
      ...marker(fr), text: fr.map((p) => "#" + p.id), textposition: "top right", textfont: {size: 10.5, color: "#b42318"},
      marker: {color: ACC, size: 11, line: {color: "#fff", width: 1.5}}},
+    ...recommendedTrace(),
     {uid: "selected", type: "scatter", mode: "markers", name: "selected", showlegend: false, ...sel, hoverinfo: "text",
      marker: {symbol: "circle-open", size: 19, color: "#101828", line: {width: 2.5}}},
   ];
@@ -196,13 +213,45 @@ function drawPlot() {
     legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: {size: 11.5}},
     xaxis: {title: {text: "complexity (operations + conditionals + constants)"}, zeroline: false, gridcolor: "#eef0f3",
             rangemode: "tozero"},
-    yaxis: {title: {text: "mean E2E error" + (logy ? " (log)" : "")}, type: logy ? "log" : "linear", tickformat: ".3~%",
+    yaxis: {title: {text: "mean E2E error, in-sample" + (logy ? " (log)" : "")}, type: logy ? "log" : "linear", tickformat: ".3~%",
             gridcolor: "#eef0f3", zeroline: false, rangemode: logy ? "normal" : "tozero"},
     annotations: pts.length ? [] : [{text: "no valid evaluated programs" + (S.maxC !== null ? " at this complexity" : ""),
                                      xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
                                      font: {size: 14, color: PT}}],
+    shapes: [],
     plot_bgcolor: "#fff", paper_bgcolor: "#fff",
   };
+  // the y axis fits the candidates: a runaway program (more than 3x the frontier's worst) or a
+  // baseline never flattens the front; baselines are labelled reference lines, named at the
+  // top edge when they lie above it
+  const ys = pts.map((p) => p.e2e_mean).filter((v) => fin(v) && (!logy || v > 0));
+  const fys = fr.map((p) => p.e2e_mean).filter(fin);
+  if (ys.length) {
+    const top = fys.length ? Math.min(Math.max(...ys), 3 * Math.max(...fys)) : Math.max(...ys);
+    const inside = ys.filter((v) => v <= top);
+    const lines = bp.map((b) => b.e).filter((v) => v <= top && (!logy || v > 0));  // baselines the range shows
+    const lo = Math.min(...inside, ...lines), hi = Math.max(...inside, ...lines);
+    if (logy) {
+      const a = Math.log10(lo), b = Math.log10(hi), pad = Math.max(0.06 * (b - a), 0.06);
+      layout.yaxis.range = [a - pad, b + pad];
+    } else layout.yaxis.range = [0, hi + Math.max(0.06 * (hi - lo), 0.06 * hi, 1e-9)];
+    layout.yaxis.autorange = false;
+    const nAbove = ys.length - inside.length;
+    const above = [];
+    for (const b of bp) {
+      if (b.e > top) { above.push(`${b.name} ${pct(b.e)}`); continue; }
+      layout.shapes.push({type: "line", xref: "paper", x0: 0, x1: 1, y0: b.e, y1: b.e, line: {color: b.col, width: 1.5, dash: "dot"}});
+      layout.annotations.push({text: `baseline ${esc(b.name)} ${pct(b.e)}`, xref: "paper", x: 1, xanchor: "right", y: b.e,
+                               yanchor: "bottom", showarrow: false, font: {size: 11, color: b.col}, bgcolor: "rgba(255,255,255,0.8)"});
+    }
+    const notes = [];
+    if (above.length) notes.push("↑ above: baseline " + esc(above.join(", ")));
+    if (nAbove) notes.push(`${nAbove} evaluated above the plot (up to ${pct(Math.max(...ys))})`);
+    if (notes.length) layout.annotations.push({text: notes.join(" · "), xref: "paper", yref: "paper", x: 1, y: 1,
+                                               xanchor: "right", yanchor: "top", showarrow: false,
+                                               font: {size: 11, color: "#667085"}, bgcolor: "rgba(255,255,255,0.85)"});
+  }
+  gd.dataset.baselines = String(bp.length);
   // a new log setting must reset the y range; uirevision keeps the user's zoom otherwise
   layout.yaxis.uirevision = S.run + (logy ? ":log" : ":lin") + ":" + S.maxC;
   Plotly.react(gd, data, layout, CONFIG);
@@ -210,7 +259,7 @@ function drawPlot() {
     gd.dataset.bound = "1";
     gd.on("plotly_click", (ev) => {
       const p = ev && ev.points && ev.points[0];
-      if (p && ["evaluated", "frontier", "selected"].includes(p.data.uid) && p.customdata !== undefined) select(p.customdata);
+      if (p && ["evaluated", "frontier", "selected", "recommended"].includes(p.data.uid) && p.customdata !== undefined) select(p.customdata);
     });
   }
 }
@@ -218,15 +267,17 @@ function drawPlot() {
 function drawHistory() {
   const gd = $("#history");
   const runs = Object.entries((S.history && S.history.runs) || {});
-  $("#hcount").textContent = runs.length ? `per run, over its full evaluations; hypervolume of (complexity, E2E) w.r.t. ` +
-    `(${num(S.history.ref[0])}, ${pct(S.history.ref[1])})` : "no full evaluations yet";
+  const lab = (S.history && S.history.label) || "error";
+  $("#hcount").textContent = runs.length ? `per run, over its full evaluations; best = ${lab} (what the search ranks on); ` +
+    `hypervolume of (complexity, that error) w.r.t. (${num(S.history.ref[0])}, ${pct(S.history.ref[1])}), as in the run summary`
+    : "no full evaluations yet";
   const data = [];
   runs.forEach(([rid, s], j) => {
     const col = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"][j % 6];
     const best = s.filter((t) => fin(t[1]));
     data.push({type: "scatter", mode: "lines", name: esc(rid), legendgroup: rid, x: best.map((t) => t[0]),
                y: best.map((t) => t[1]), line: {shape: "hv", color: col, width: 2}, xaxis: "x", yaxis: "y",
-               hovertemplate: "after %{x} evaluations: best E2E %{y:.3~%}<extra>" + esc(rid) + "</extra>"});
+               hovertemplate: "after %{x} evaluations: best %{y:.3~%}<extra>" + esc(rid) + "</extra>"});
     data.push({type: "scatter", mode: "lines", name: esc(rid), legendgroup: rid, showlegend: false,
                x: s.map((t) => t[0]), y: s.map((t) => t[2]), line: {shape: "hv", color: col, width: 2},
                xaxis: "x2", yaxis: "y2", hovertemplate: "after %{x} evaluations: hypervolume %{y:.4g}<extra>" + esc(rid) + "</extra>"});
@@ -239,7 +290,7 @@ function drawHistory() {
     xaxis: {title: {text: "evaluation index"}, gridcolor: "#eef0f3"}, xaxis2: {title: {text: "evaluation index"}, gridcolor: "#eef0f3"},
     yaxis: {type: logb ? "log" : "linear", tickformat: ".3~%", gridcolor: "#eef0f3"},
     yaxis2: {rangemode: "tozero", gridcolor: "#eef0f3"},
-    annotations: [{text: "best mean E2E error so far", xref: "x domain", yref: "paper", x: 0.5, y: 1.06, showarrow: false},
+    annotations: [{text: "best " + esc(lab) + " so far", xref: "x domain", yref: "paper", x: 0.5, y: 1.06, showarrow: false},
                   {text: "hypervolume so far", xref: "x2 domain", yref: "paper", x: 0.5, y: 1.06, showarrow: false}],
     plot_bgcolor: "#fff", paper_bgcolor: "#fff",
   };
@@ -247,19 +298,62 @@ function drawHistory() {
 }
 
 // ------------------------------------------------------------ frontier table
+// columns of the frontier table: [key, header, formatter, left-aligned, tooltip]; click a header to sort
+function tableColumns() {
+  return [["id", "id", (p) => (p.recommended ? "★ #" : "#") + p.id, true, "★: the recommended program"],
+          ["twins", "twins", (p) => (p.duplicates.length ? "+" + p.duplicates.length : ""), false,
+           "behavioural duplicates collapsed into this row: every stored objective but complexity and every per-stage prediction within 0.1% relative"],
+          ["complexity", "cplx", (p) => num(p.complexity), false, "operations + conditionals + constants"],
+          ...S.regimes.map(([k, lab]) => [k, lab, (p) => pct(p[k]), false, "held-out: " + lab]),
+          ...(S.regimes.length ? [["ranked_error", "worst regime", (p) => pct(p.ranked_error), false,
+                                  "the worst held-out regime: what the search ranks on"]] : []),
+          ["e2e_mean", "E2E", (p) => pct(p.e2e_mean), false, "in-sample mean E2E error"],
+          ["e2e_worst", "E2E worst", (p) => pct(p.e2e_worst), false, "in-sample worst stage E2E error"],
+          ["ttft_mean", "TTFT", (p) => pct(p.ttft_mean), false, "in-sample"],
+          ["itl_mean", "ITL", (p) => pct(p.itl_mean), false, "in-sample"],
+          ["step_mape", "step MAPE", (p) => pct(p.step_mape), false, null],
+          ["operator", "operator", (p) => p.operator || "", true, null],
+          ["generation", "gen", (p) => num(p.generation), false, null]];
+}
+
+function sortValue(p, key) {
+  if (key === "twins") return p.duplicates.length;
+  if (key === "id") return p.id;
+  return p[key];
+}
+
+function sortRows(rows) {  // missing values ("—") last whatever the direction
+  const {key, dir} = S.sort;
+  return rows.slice().sort((a, b) => {
+    const x = sortValue(a, key), y = sortValue(b, key);
+    const mx = x === null || x === undefined || (typeof x === "number" && !isFinite(x));
+    const my = y === null || y === undefined || (typeof y === "number" && !isFinite(y));
+    if (mx || my) return mx === my ? a.id - b.id : (mx ? 1 : -1);
+    const c = typeof x === "string" ? x.localeCompare(y) : x - y;
+    return c ? dir * c : a.complexity - b.complexity || a.id - b.id;
+  });
+}
+
 function drawTable() {
   const t = $("#ftable");
   while (t.firstChild) t.removeChild(t.firstChild);
-  const fr = S.points.filter((p) => p.frontier).sort((a, b) => a.complexity - b.complexity || a.e2e_mean - b.e2e_mean);
-  $("#fcount").textContent = `${fr.length} programs, sorted by complexity`;
-  t.append(h("thead", null, h("tr", null, ["id", "cplx", "E2E mean", "E2E worst", "TTFT", "ITL", "step MAPE", "operator", "gen"]
-    .map((c, i) => h("th", {class: i === 0 || i === 7 ? "l" : null}, c)))));
+  const all = S.points.filter((p) => p.frontier);
+  const fr = sortRows(all.filter((p) => p.duplicate_of === null || p.duplicate_of === undefined));
+  const nd = all.length - fr.length;
+  const cols = tableColumns();
+  const head = cols.find((c) => c[0] === S.sort.key);
+  $("#fcount").textContent = `${fr.length} rows` + (nd ? ` (${nd} behavioural duplicates collapsed: twins +N)` : "") +
+    `, sorted by ${head ? head[1] : S.sort.key} ${S.sort.dir > 0 ? "↑" : "↓"}; click a header to sort`;
+  t.append(h("thead", null, h("tr", null, cols.map(([k, lab, , left, tip]) =>
+    h("th", {class: (left ? "l " : "") + "sortable" + (S.sort.key === k ? " sorted" : ""), title: tip, "data-key": k,
+             onclick: () => { S.sort = {key: k, dir: S.sort.key === k ? -S.sort.dir : 1}; drawTable(); }},
+      lab + (S.sort.key === k ? (S.sort.dir > 0 ? " ▲" : " ▼") : ""))))));
   const tb = h("tbody");
   for (const p of fr) {
-    tb.append(h("tr", {class: p.id === S.sel ? "sel" : null, "data-id": p.id, onclick: () => select(p.id)},
-      h("td", {class: "l"}, "#" + p.id), h("td", null, num(p.complexity)), h("td", null, pct(p.e2e_mean)),
-      h("td", null, pct(p.e2e_worst)), h("td", null, pct(p.ttft_mean)), h("td", null, pct(p.itl_mean)),
-      h("td", null, pct(p.step_mape)), h("td", {class: "l"}, p.operator || ""), h("td", null, num(p.generation))));
+    tb.append(h("tr", {class: (p.id === S.sel ? "sel " : "") + (p.recommended ? "rec" : ""), "data-id": p.id,
+                       onclick: () => select(p.id)},
+      cols.map(([k, , f, left]) => h("td", {class: left ? "l" : null,
+                                            title: k === "twins" && p.duplicates.length ? p.duplicates.map((i) => "#" + i).join(", ") : null}, f(p)))));
   }
   t.append(tb);
 }
@@ -300,6 +394,7 @@ function renderProgram(rec, my) {
   const obj = ev.objectives || rec.objectives || {};
   const onFront = S.points.some((p) => p.id === rec.id && p.frontier);
   const head = h("div", {class: "ph"}, h("h2", {id: "pid"}, `Program #${rec.id}`),
+    rec.recommended ? h("span", {class: "tag rec", id: "rectag", title: "the program the run hands over"}, "★ recommended") : null,
     onFront ? h("span", {class: "tag front"}, "frontier") : null,
     rec.go_cap === null ? h("span", {class: "tag ok"}, "fits Go cap") : h("span", {class: "tag no"}, "over Go cap"),
     h("button", {class: "x", title: "close", onclick: closePanel}, "×"));
@@ -318,7 +413,10 @@ function renderProgram(rec, my) {
   const errBox = h("div", {id: "errs"});
   const errPlot = (ev.rows || []).length ? h("div", {id: "errplot", class: "plot"}) : null;
   const goBox = h("div", {id: "go"}, h("p", {class: "muted small"}, "generating Go…"));
-  panel.replaceChildren(head, meta, kpiBox, h("h3", null, "Source"), source,
+  const why = rec.recommended ? h("p", {class: "recnote", id: "recnote"}, `★ recommended for run ${rec.run_id}: ` +
+    "its worst held-out regime is the lowest among programs whose every constant the data pins down") : null;
+  panel.replaceChildren(head, meta, why, ...regimesBox(rec), ...coverageBox(rec),
+    h("h3", null, "In-sample errors (time split; below: the best baseline)"), kpiBox, h("h3", null, "Source"), source,
     ...(consts ? [h("h3", null, "Fitted constants per model"), consts] : []),
     ...(rec.holdout_summary ? [h("h3", null, "Held-out errors (constants fitted without the held-out part)"),
                                holdoutTable(rec)] : []),
@@ -344,6 +442,25 @@ function renderProgram(rec, my) {
                                     h("pre", {class: "go", id: "gocode"}, g.code));
     else goBox.replaceChildren(h("div", {class: "refuse", id: "gorefuse"}, g.error));
   }).catch((e) => { if (my === S.token) goBox.replaceChildren(h("div", {class: "refuse"}, "error: " + e.message)); });
+}
+
+// held-out error per regime (the worst in red: what the run ranks the program on)
+function regimesBox(rec) {
+  const regs = rec.regimes || [];
+  if (!regs.length) return [h("p", {class: "muted small", id: "regimes"}, "no held-out errors (a run without held-out splits)")];
+  return [h("h3", null, "Held-out error per regime (constants fitted without the held-out part)"),
+          h("div", {class: "kpis regimes", id: "regimes"}, regs.map((r) => h("div", {class: "kpi" + (r.worst ? " worst" : ""),
+            title: r.worst ? "the worst regime: what the run ranks this program on" : null},
+            h("div", {class: "k"}, r.label + (r.worst ? " · worst" : "")), h("div", {class: "v"}, pct(r.value)))))];
+}
+
+// where the program holds: the coverage statement `evolve show` prints
+function coverageBox(rec) {
+  if (rec.coverage_error) return [h("p", {class: "err small", id: "coverage"}, "coverage: " + rec.coverage_error)];
+  if (!rec.coverage) return [];
+  const items = rec.coverage.filter(([head]) => !(head.startsWith("Held-out error") && (rec.regimes || []).length));
+  return [h("h3", null, "Coverage: where it holds"),
+          h("ul", {class: "coverage", id: "coverage"}, items.map(([head, text]) => h("li", null, h("span", {class: "ch"}, head + ": "), text)))];
 }
 
 function holdoutTable(rec) {  // rec.holdout_summary / holdout_splits: evolve.views.holdout_table
