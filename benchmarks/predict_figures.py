@@ -28,6 +28,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import evaluator.data  # noqa: E402
+from functools import lru_cache  # noqa: E402
+
+evaluator.data.load = lru_cache(maxsize=4)(evaluator.data.load)  # `evolve predict` reads the data once here
 from evaluator.data import load  # noqa: E402
 from evaluator.evaluate import Evaluator  # noqa: E402
 from evaluator.program import parse_program  # noqa: E402
@@ -66,7 +70,7 @@ def predict_cli(argv: list[str]) -> dict:
     return predict(stored, gt, dep, **kw)
 
 
-def transfer(data: str, out: Path, programs: list[str]) -> list[dict]:
+def transfer(data: str, out: Path, programs: list[str], modes=("auto", "mean")) -> list[dict]:
     gt = load(data)
     models = sorted({e.model for e in gt.experiments})
     rows = []
@@ -82,11 +86,12 @@ def transfer(data: str, out: Path, programs: list[str]) -> list[dict]:
                   f"({'valid' if info['valid'] else info['error']})", flush=True)
             if not info["valid"]:
                 continue
-            for e in (x for x in gt.experiments if x.model == held):
-                res = predict_cli([str(prog_file), "--constants", str(fit), "--data", data, "--trace", e.id])
+            for mode, e in ((mode, x) for mode in modes for x in gt.experiments if x.model == held):
+                res = predict_cli([str(prog_file), "--constants", str(fit), "--data", data, "--trace", e.id,
+                                   "--overheads", mode])
                 for p, s in zip(res["points"], e.stages):
                     m = p.get("measured") or {}
-                    r = {"program": name, "model": held, "experiment": e.id, "workload": e.workload,
+                    r = {"program": name if mode == "auto" else f"{name}/{mode}", "model": held, "experiment": e.id, "workload": e.workload,
                          "stage": s.index, "rate": s.rate, "regimes": p["regimes"], "band": p["band"],
                          "pred_fail": p["fail"], "meas_fail": m.get("fail"), "seconds": res["seconds"],
                          "overheads": res["overheads"]["source"]}
@@ -130,17 +135,19 @@ def sweep(data: str, out: Path, rates: str) -> list[dict]:
     for tp in (1, 2, 4):
         argv = [str(prog_file), "--constants", str(fit), "--data", data, "--model", "codellama-34b", "--tp", str(tp),
                 "--rates", rates, "--workload-from", "codellama-34b-tp2-general", "--slo", "ttft_p90=2"]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), os.times()
         proc = subprocess.run([str(ROOT / ".venv" / "bin" / "evolve"), "predict", *argv, "--json"],
                               capture_output=True, text=True, cwd=ROOT)
         wall = time.perf_counter() - t0
+        c1 = os.times()
+        cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
         if proc.returncode:
             print(f"TP {tp}: {proc.stderr.strip()}")
             continue
         d = json.loads(proc.stdout)
         k = d["knee"]
         res.append({"tp": tp, "kv_blocks": d["deployment"]["kv_blocks"], "kv_source": d["deployment"]["kv_source"],
-                    "knee": k["rate"], "knee_within_band": k["rate_within_band"], "wall_s": wall,
+                    "knee": k["rate"], "knee_within_band": k["rate_within_band"], "wall_s": wall, "cpu_s": cpu,
                     "predict_s": d["seconds"], "overheads": d["overheads"]["source"],
                     "points": [(p["rate"], p["ttft"]["p90"], p["e2e"]["mean"], p["throughput_tok_s"], p["fail"],
                                 p["regimes"], p["band"]["ttft"]) for p in d["points"]]})
@@ -152,7 +159,7 @@ def main() -> int:
     ap.add_argument("--data", default=os.environ.get("STEPEVOLVE_DATA", str(ROOT.parent / "shared" / "data")))
     ap.add_argument("--out", default="/tmp/predict_figures")
     ap.add_argument("--programs", default="measured,roofline")
-    ap.add_argument("--rates", default="1:30:10")
+    ap.add_argument("--rates", default="1:60:10")
     ap.add_argument("--only", choices=("a", "b"), default=None)
     a = ap.parse_args()
     out = Path(a.out)
@@ -180,7 +187,8 @@ def main() -> int:
         print("\n(b) codellama-34b sweep, SLO TTFT p90 <= 2 s")
         for s in report["sweep"]:
             print(f"TP {s['tp']}: {s['kv_blocks']} KV blocks ({s['kv_source']}); knee {s['knee']} req/s "
-                  f"(within band {s['knee_within_band']}); evolve predict wall {s['wall_s']:.1f} s, "
+                  f"(within band {s['knee_within_band']}); evolve predict wall {s['wall_s']:.1f} s "
+                  f"(CPU {s['cpu_s']:.1f} s), "
                   f"prediction {s['predict_s']:.2f} s")
             for p in s["points"]:
                 print("   rate %6.2f  TTFT p90 %8.3f s  E2E %7.2f s  %6.0f tok/s  fail %.3f  %s  band ±%s" % (

@@ -793,7 +793,14 @@ def predict(stored: StoredProgram, gt: GroundTruth, dep: Deployment, *, rates: l
     seen = dep.model in stored.fitted_models and any(e.model == dep.model and e.tp == dep.tp
                                                      for e in gt.experiments)
     law = None
-    if overheads_mode == "law" or (overheads_mode == "auto" and not (seen and dep.model in stored.overheads)):
+    if overheads_mode == "mean":  # the judge's leave-one-model-out rule, kept for comparison
+        fitted = [o for m, o in stored.overheads.items() if m in stored.fitted_models]
+        if not fitted:
+            raise PredictError(f"{stored.label} stores no overheads to average")
+        keys = Overheads().as_dict()
+        ovh = Overheads(**{k: float(np.mean([float(o.get(k, 0.0)) for o in fitted])) for k in keys})
+        ovh_note = f"mean of the fitted models' ({len(fitted)})"
+    elif overheads_mode == "law" or (overheads_mode == "auto" and not (seen and dep.model in stored.overheads)):
         law = overhead_law(stored, gt)
         ovh, ovh_note = law, ("cross-model law: " + " + ".join(
             {"api_us": f"{law.api_us / 1e3:.2f} ms", "per_input_token_us": f"{law.per_input_token_us:.3g} us/prompt token",

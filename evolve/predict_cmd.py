@@ -56,9 +56,10 @@ def add_parser(sub) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--slo", action="append", metavar="KEY=LIMIT",
                    help="e.g. ttft_p90=2 (seconds) or fail=0.01; repeatable: the knee meets all")
-    o.add_argument("--overheads", choices=("auto", "law", "fitted"), default="auto",
+    o.add_argument("--overheads", choices=("auto", "law", "fitted", "mean"), default="auto",
                    help="request overheads: the model's fitted ones at its measured TP, else the cross-model law "
-                        "(auto); always the law; always the fitted ones")
+                        "(auto); always the law; always the fitted ones; the fitted models' mean (the judge's "
+                        "leave-one-model-out rule, for comparison)")
     o.add_argument("--json", action="store_true", help="strict JSON (null where undefined)")
     o.add_argument("--html", metavar="FILE", help="write an offline Plotly page of the sweep")
     p.set_defaults(func=cmd_predict)
