@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from evaluator.components import COMPONENT_INDEX, MEASURED_NAMES, MODEL_FIELDS, SPREAD_NAMES, model_vector
-from evaluator.data import (Experiment, GroundTruth, estimate_kv_blocks, kernel_key, load_default_table,
-                            model_short_name, per_token_time, read_arch)
+from evaluator.data import (Experiment, GroundTruth, estimate_kv_blocks, load_default_table, model_short_name,
+                            per_token_time, read_arch)
 from evaluator.errors import DataError
 from evaluator.failed_requests import DEFAULT_TIMEOUT_S
 from evaluator.fitting import QUEUE_DOMINATED_CYCLES, OverheadLaw, Overheads, fit_overhead_law
-from evaluator.holdout import LONG_RATIO, OVERLOADED, PREFIX
+from evaluator.holdout import OVERLOADED, PREFIX
 from evaluator.physics import DEFAULT_MAX_MODEL_LEN, extrapolation_grid, floor_violation, grid_rows
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.simulator import Workload, simulate
@@ -514,10 +514,10 @@ def _lengths(rng, mean_std, n) -> np.ndarray:
     return np.maximum(1, np.round(x)).astype(np.int64)
 
 
-def spec_workload(spec: Spec, rate: float) -> tuple[Workload, np.ndarray]:
-    """The spec's requests at one rate, and which of them vLLM would reject (prompt + output
-    over max_model_len is checked by the caller). Common random numbers: every rate uses the
-    same unit-rate arrival draws, scaled, and the same lengths, so rates differ only in load."""
+def spec_workload(spec: Spec, rate: float) -> Workload:
+    """The spec's requests at one rate (`simulate_point` rejects those over max_model_len).
+    Common random numbers: every rate uses the same unit-rate arrival draws, scaled, and the
+    same lengths, so rates differ only in load."""
     n = spec.num_requests or max(1, int(round(rate * spec.duration_s)))
     # one generator per stream: the first k draws are the same whatever n is
     arr = np.cumsum(np.random.default_rng([spec.seed, 0]).exponential(1.0, n)) / rate * 1e6
@@ -545,7 +545,7 @@ def spec_workload(spec: Spec, rate: float) -> tuple[Workload, np.ndarray]:
     wl = Workload(arr, prompt, np.zeros(n, np.int64), gen, np.zeros(n, np.int64), prompt_id=pid, group_id=gid,
                   system_prompt_len=spec.system_prompt_len if spec.prompt_pool > 0 else 0,
                   timeout_us=spec.timeout_s * 1e6)
-    return wl, np.zeros(n, bool)
+    return wl
 
 
 def find_experiment(gt: GroundTruth, name: str) -> Experiment:
@@ -875,7 +875,7 @@ def predict(stored: StoredProgram, gt: GroundTruth, dep: Deployment, *, rates: l
 
 
 def _spec_point(stored, dep, consts, spec, rate, ovh) -> list[dict]:
-    wl, _ = spec_workload(spec, rate)
+    wl = spec_workload(spec, rate)
     pts = simulate_point(stored, dep, consts, wl, ovh, [(f"{rate:g} req/s", float(rate), np.ones(len(wl.stage), bool))])
     for p in pts:
         p["prompt_mean"] = float(wl.prompt_len.mean())

@@ -69,7 +69,7 @@ def _fail(msg: str):
     sys.exit(f"error: {msg}")
 
 
-def _load_program(args, gt_for):
+def _load_program(args):
     """(StoredProgram, data dir or None) for an archive id or a program file."""
     from evaluator.predict import PredictError, load_program_file, stored_from_record
     if Path(args.program).is_file() or not args.program.isdigit():
@@ -118,7 +118,7 @@ def build(args):
     for flag, v in (("--duration", args.duration), ("--timeout", args.timeout)):
         if v is not None and not (math.isfinite(v) and v > 0):
             raise PredictError(f"{flag} must be a positive number of seconds, not {v}")
-    stored, data = _load_program(args, None)
+    stored, data = _load_program(args)
     gt = load(data)
     needs = not MEASURED_NAMES.isdisjoint(stored.program.params)
     trace = find_experiment(gt, args.trace) if args.trace else None

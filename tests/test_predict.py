@@ -193,3 +193,17 @@ def test_trace_of_a_measured_experiment_carries_its_measurements(gt, const_files
     for p, s in zip(res["points"], e.stages):
         assert p["measured"]["e2e_mean"] == s.e2e_s and p["rate"] == s.rate
         assert p["regimes"] == [] and p["e2e"]["mean"] > 0
+
+
+def test_requests_file_is_replayed_and_a_missing_column_is_named(capsys, const_files, tmp_path):
+    f = tmp_path / "trace.csv"
+    f.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(f"{i * 100.0},500,100\n" for i in range(10)))
+    rc, out, err = run_cli(capsys, *const_files[:1], "--constants", const_files[1], "--model", "codellama-34b",
+                           "--requests", str(f), "--json")
+    assert rc == 0, err
+    p = json.loads(out)["points"][0]
+    assert p["label"] == "trace" and p["n_requests"] == 10 and p["e2e"]["p50"] == pytest.approx(2.006, abs=1e-9)
+    f.write_text("arrival_s,input_tokens\n0,500\n")
+    rc, out, err = run_cli(capsys, *const_files[:1], "--constants", const_files[1], "--model", "codellama-34b",
+                           "--requests", str(f))
+    assert rc == 1 and "missing column 'output_tokens'" in err
