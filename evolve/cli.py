@@ -192,15 +192,14 @@ def cmd_evaluate(args) -> int:
 
 
 def _progress_bar(quiet: bool = False):
-    """The live bar of `evolve run`, on stderr, only while stderr is a terminal. In a log (stderr
+    """The live bar of `evolve run`, on stderr, only while stderr is a terminal; on a narrow
+    terminal it drops whole fields (progress_log.fitted_line), never cuts one. In a log (stderr
     piped or a file) there is none: rich would print its last frame once, cut to 80 columns in
     the middle of a word; ProgressLog writes whole plain lines there instead."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    return Progress(TextColumn("[bold]{task.fields[run]}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("best {task.fields[label]} {task.fields[best]}  ITL {task.fields[itl]}  step {task.fields[step]}"
-                               "  frontier {task.fields[front]}"), TimeElapsedColumn(),
-                    console=Console(stderr=True), disable=quiet or not sys.stderr.isatty(), transient=False)
+
+    from evolve.progress_log import live_bar  # one line fitted to the width: whole fields, never half a word
+    return live_bar(Console(stderr=True), disable=quiet or not sys.stderr.isatty())
 
 
 def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet: bool = False) -> dict:

@@ -4,7 +4,7 @@ The rich progress bar only redraws a terminal; in a log a long run was silent fo
 daemon thread writes one line at least every `interval_s` (30 s) whatever the search is doing
 (a single full evaluation can take minutes):
 
-    progress run-0-ab12cd34: 48/200 evaluations, best held-out E2E 6.1%, 0.41 eval/s, LLM $0.0123
+    progress run-0-ab12cd34: 48/200 evaluations, best held-out (worst regime) 6.1%, 0.41 eval/s, LLM $0.0123
 
 Each line is whole: one write of the line and its newline, whitespace inside it (a multi-line
 error message) collapsed to single spaces, never wrapped or cut to a width; a missing best
@@ -19,22 +19,19 @@ import time
 
 from evaluator.objectives import finite_or_none
 from evolve.views.format import MISSING
-
-HELDOUT = ("lowo_e2e", "lomo_e2e", "load_e2e")
-
+from evolve.views.history import ranked_error
 
 def best_error(members, holdout: bool) -> tuple[str, float]:
-    """(label, value): the lowest mean held-out E2E error among the members (in-sample E2E
-    when the run ranks in-sample only); NaN when none is finite."""
+    """(label, value): the lowest error the run ranks on among the members: the worst held-out
+    regime (evolve.views.history.ranked_error, as the report's and the UI's "best so far"), the
+    in-sample mean E2E error when the run ranks in-sample only; NaN when none is finite."""
     best = math.nan
     for m in list(members):
-        o = m.objectives
-        keys = HELDOUT if holdout else ("e2e_mean",)
-        vals = [finite_or_none(o.get(k)) for k in keys]
-        if vals and all(v is not None for v in vals):
-            v = sum(vals) / len(vals)
+        o = m.objectives or {}
+        v = ranked_error(o) if holdout else finite_or_none(o.get("e2e_mean"))
+        if v is not None:
             best = v if math.isnan(best) else min(best, v)
-    return ("held-out E2E" if holdout else "E2E"), best
+    return ("held-out (worst regime)" if holdout else "E2E"), best
 
 
 def progress_line(search, started: float) -> str:
@@ -88,3 +85,64 @@ class ProgressLog:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self._write()
+
+
+# ---------------------------------------------------------------- the live bar on a terminal
+
+MIN_BAR = 10  # the bar itself is drawn only where at least this many columns are left
+
+
+def fit_fields(fields, width: int) -> list[str]:
+    """The fields (display order, each (priority, text); 0 = kept longest) that fit on one line
+    of `width` columns joined by two spaces: whole fields are dropped, the least important first,
+    so a narrow terminal loses a field, never half a word."""
+    keep = list(fields)
+    while len(keep) > 1 and len("  ".join(t for _, t in keep)) > width:
+        worst = max(range(len(keep)), key=lambda i: (keep[i][0], i))
+        del keep[worst]
+    if keep and len(keep[0][1]) > width:  # a lone field wider than the terminal: cut with an ellipsis
+        return [keep[0][1][:max(width - 1, 0)] + "…"]
+    return [t for _, t in keep]
+
+
+def task_fields(task) -> list[tuple[int, str]]:
+    """The run's progress as (priority, text) fields, in display order."""
+    f = task.fields
+    done = int(task.completed)
+    total = int(task.total) if task.total is not None else None
+    elapsed = int(task.elapsed or 0)
+    return [(2, str(f.get("run", ""))), (0, f"{done}/{total}" if total is not None else str(done)),
+            (1, f"best {f.get('label', '')} {f.get('best', MISSING)}"), (4, f"ITL {f.get('itl', MISSING)}"),
+            (5, f"step {f.get('step', MISSING)}"), (3, f"frontier {f.get('front', 0)}"),
+            (6, f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}")]
+
+
+def fitted_line(task, width: int) -> str:
+    """One line of the live bar that fits `width` columns: the fields `fit_fields` keeps, and a
+    bar of ━ in the columns left over (none below MIN_BAR)."""
+    fields = task_fields(task)
+    texts = fit_fields(fields, width)
+    free = width - len("  ".join(texts)) - 2
+    if free >= MIN_BAR and task.total:
+        n = min(free, 40)
+        filled = int(round(n * min(max(task.completed / task.total, 0.0), 1.0)))
+        bar = "━" * filled + "─" * (n - filled)
+        first = texts[:1] if texts and texts[0] == fields[0][1] else []
+        texts = first + [bar] + texts[len(first):]
+    return "  ".join(texts)
+
+
+def live_bar(console, disable: bool):
+    """rich's Progress drawing `fitted_line` per task at the console's current width (a
+    resized terminal is followed)."""
+    from rich.progress import Progress
+    from rich.text import Text
+
+    class FittedProgress(Progress):
+        def get_renderables(self):
+            width = console.width  # rich asks for a first frame before self.live (and self.console) exist
+            for task in self.tasks:
+                if task.visible:
+                    yield Text(fitted_line(task, width), no_wrap=True, overflow="crop")
+
+    return FittedProgress(console=console, disable=disable, transient=False)

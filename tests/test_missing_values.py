@@ -98,7 +98,7 @@ def test_run_summary_and_progress_line():
                              state=SimpleNamespace(frontier=[SimpleNamespace(objectives={"lowo_e2e": math.nan})]),
                              llm=None)
     line = progress_line(search, 0.0)
-    assert f"best held-out E2E {MISSING}," in line and "\n" not in line
+    assert f"best held-out (worst regime) {MISSING}," in line and "\n" not in line
 
 
 def test_report_html(archive, tmp_path):
@@ -186,3 +186,97 @@ def test_no_rich_bar_when_stderr_is_not_a_terminal(monkeypatch):
     bar = _progress_bar()
     assert not bar.disable and bar.console.stderr
     assert _progress_bar(quiet=True).disable
+
+
+HELD = {"lowo_e2e": 0.04, "lomo_e2e": 0.09, "load_e2e": 0.05, "long_e2e": math.inf, "overload_fail": math.nan}
+
+
+@pytest.fixture
+def heldout_archive(tmp_path):
+    """A run whose programs carry held-out regimes, two of them not scored (inf, NaN)."""
+    from dataclasses import replace
+    a = Archive(tmp_path / "h.db")
+    run = a.start_run({}, seed=0, data_fingerprint="missing", budget=2)
+    ids = []
+    for k in range(2):
+        e = _eval(k, nan_itl=True)
+        ids.append(a.add_candidate(run, SRC.format(k=k), operator="seed", generation=k,
+                                   evaluation=replace(e, objectives={**e.objectives, **HELD})))
+    a.close()
+    return tmp_path / "h.db", run, ids
+
+
+def test_unscored_regimes_are_dashes_in_every_table_and_null_in_json(heldout_archive, tmp_path, capsys, gt):
+    """A regime that could not be scored: "—" in the terminal frontier, the report's first screen
+    and its frontier table, null in `frontier --json` and in the UI's API."""
+    from evolve.cli import main
+    from evolve.views.report import report_html
+    from evolve.views.server import make_server
+    from evolve.views.tables import frontier_table, render_frontier
+    path, run, ids = heldout_archive
+    a = Archive(path, readonly=True)
+    text = _text(lambda con: render_frontier(frontier_table(a, run), con))
+    _check_cells(text)
+    assert "long-decode E2E" in text
+    main(["frontier", "--json", "--archive", str(path)])
+    rows = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert rows and all(r["long_e2e"] is None and r["overload_fail"] is None for r in rows)
+    assert all(r["duplicate_of"] is None and isinstance(r["duplicates"], list) for r in rows)
+    page = open(report_html(a, tmp_path / "r.html", run=run, gt=gt), encoding="utf-8").read()
+    card = page[page.index('id="recommended"'):page.index("</section>")]
+    assert re.search(r'long-decode E2E[^<]*</div><div class="v">—</div>', card), card
+    assert "nan" not in card.lower().replace("nan%", "") and "inf" not in re.sub(r"<[^>]+>", "", card).lower()
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", page)
+    assert MISSING in cells and not [c for c in cells if c.strip().lower() in ("nan", "inf", "-inf", "-", "none")]
+    srv, thread = make_server(str(path), "127.0.0.1", 0)
+    try:
+        host, port = srv.server_address[:2]
+        for route in (f"/api/points?run={run}", f"/api/program/{ids[0]}"):
+            with urllib.request.urlopen(f"http://{host}:{port}{route}", timeout=120) as r:
+                body = json.loads(r.read(), parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+            if "points" in body:
+                assert all(p["long_e2e"] is None and p["ranked_error"] is None for p in body["points"])
+            else:
+                assert {r["key"]: r["value"] for r in body["regimes"]}["long_e2e"] is None
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(5)
+
+
+def test_progress_bar_never_cuts_a_field_on_a_narrow_terminal():
+    """The live bar on a terminal of any width: whole fields only (the least important dropped
+    first), never wider than the terminal, the evaluation count kept longest."""
+    from evolve.progress_log import fit_fields, fitted_line, task_fields
+
+    class Task:
+        fields = {"run": "run-0-30dae753", "label": "held-out (worst regime)", "best": "33.6%", "itl": MISSING,
+                  "step": "4.1%", "front": 48}
+        completed, total, elapsed, visible = 57, 200, 3725.0, True
+    whole = {t for _, t in task_fields(Task)}
+    for width in range(8, 161):
+        line = fitted_line(Task, width)
+        assert len(line) <= width, (width, line)
+        parts = [p for p in line.split("  ") if p]
+        bars = [p for p in parts if set(p) <= set("━─")]
+        assert len(bars) <= 1 and all(p in whole for p in parts if p not in bars), (width, line)
+        if width >= len("57/200"):
+            assert "57/200" in parts, (width, line)
+    assert fitted_line(Task, 200).count("  ") >= 7  # wide: every field and the bar
+    assert fit_fields([(0, "abcdefghij")], 5) == ["abcd…"]  # one field wider than the terminal: marked as cut
+
+
+def test_progress_lines_in_a_log_file_are_never_cut(tmp_path):
+    """In a log file the lines are as long as they need to be: no 80-column wrap or cut."""
+    from evolve.progress_log import ProgressLog
+    archive = SimpleNamespace(get_run=lambda run_id: {"n_evaluated": 12})
+    held = {"lowo_e2e": 0.031, "lomo_e2e": 0.244, "load_e2e": 0.272, "long_e2e": 0.336}
+    search = SimpleNamespace(archive=archive, run_id="run-0-" + "f" * 60, cfg=SimpleNamespace(budget=200, holdout=True),
+                             state=SimpleNamespace(frontier=[SimpleNamespace(objectives=held)]), llm=None)
+    with open(tmp_path / "run.log", "w") as f:
+        with ProgressLog(search, interval_s=0.01, stream=f):
+            threading.Event().wait(0.05)
+    lines = (tmp_path / "run.log").read_text().splitlines()
+    assert lines and all(ln.startswith(f"progress {search.run_id}: 12/200 evaluations, best held-out (worst regime) "
+                                       "33.6%, ") and ln.endswith("LLM none") for ln in lines)
+    assert max(map(len, lines)) > 80

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from evaluator.objectives import BY_NAME, REGIMES, finite_or_none, has_heldout, regime_errors
+from evolve.pareto import hypervolume
 from evolve.views.format import complexity_of
 
 HV_REF = (60.0, 1.0)  # (complexity, error): the Go cap's 30 operations + 3 conditionals + 10 constants, x1.4
@@ -55,7 +56,6 @@ def front_hypervolume(records: Iterable) -> float:
     """Hypervolume of (complexity, ranked error clipped at 100%) w.r.t. HV_REF over records
     (archive records, or objects or dicts with "objectives"): the one figure the summary, the
     report and the UI print."""
-    from evolve.pareto import hypervolume  # DEAP: not at import (`evolve frontier` starts fast)
     pts = []
     for r in records:
         obj = r.get("objectives") if isinstance(r, Mapping) else getattr(r, "objectives", None)
@@ -69,7 +69,6 @@ def front_hypervolume(records: Iterable) -> float:
 def progress_series(evals: Sequence[Mapping], ref: tuple[float, float] = HV_REF) -> dict[str, list]:
     """Per run: [(evaluation index, best ranked error so far or None, hypervolume so far)] over
     the run's full evaluations in archive order (`front_hypervolume` of the valid ones so far)."""
-    from evolve.pareto import hypervolume
     by_run: dict[str, list] = {}
     for r in evals:
         by_run.setdefault(r["run_id"], []).append(r)

@@ -15,7 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from evaluator.objectives import finite_or_none
+from evaluator.objectives import BY_NAME, REGIMES, finite_or_none, has_heldout
 from evolve.pareto import pareto_front
 from evolve.views.format import complexity_of, mean, objectives_of, pct, row_key, rows_of
 from evolve.views.history import HV_REF, progress_series, ranked_error_label  # noqa: F401 (re-exported)
@@ -339,7 +339,6 @@ def predicted_measured_figure(rec: Mapping) -> go.Figure | None:
 def regime_figure(rec: Mapping) -> go.Figure | None:
     """The program's held-out error per regime (what the run ranks it on: the worst bar) with
     its in-sample mean E2E error as a reference line; None without held-out errors."""
-    from evaluator.objectives import BY_NAME, REGIMES, has_heldout
     obj = rec.get("objectives") or (rec.get("evaluation") or {}).get("objectives") or {}
     if not has_heldout(obj):
         return None

@@ -17,6 +17,7 @@ from typing import Any
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from evaluator.coverage import coverage, coverage_lines
 from evaluator.objectives import BY_NAME, HELDOUT, ORDER, REGIMES, finite_or_none, has_heldout
 from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
                                  failure_cells, fmt_err, fmt_missing, fmt_num, go_cap_status, mean, objectives_of,
@@ -163,7 +164,6 @@ def coverage_items(cov: Mapping | None, regimes: bool = True) -> list[tuple[str,
     `show` prints); regimes=False leaves out the per-regime line where they are shown beside it."""
     if not cov:
         return []
-    from evaluator.coverage import coverage_lines
     out = []
     for line in coverage_lines(cov):
         head, _, text = line.partition(": ")
@@ -269,7 +269,6 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     runs = [r for r in archive.runs() if (run is None and not r["id"].startswith(BASELINE_PREFIX)) or r["id"] == run]
     cov, cov_error = None, None
     if recommended is not None and gt is not None:
-        from evaluator.coverage import coverage
         try:
             cov = coverage(gt, recommended.get("objectives"))
         except Exception as e:  # noqa: BLE001 - a statement that cannot be made is said, the page still written

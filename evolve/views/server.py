@@ -55,6 +55,7 @@ from importlib import resources
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from evaluator.coverage import coverage, coverage_lines
 from evaluator.data import load
 from evaluator.objectives import BY_NAME, REGIMES, Caps, finite_or_none
 from evolve.archive import Archive
@@ -238,7 +239,6 @@ class _App:
         rec["regimes"] = [{"key": k, "label": BY_NAME[k].label, "value": finite_or_none(obj.get(k)),
                            "worst": BY_NAME[k].label == worst} for k in REGIMES if k in obj]
         if (rec.get("evaluation") or {}).get("valid"):  # where it holds: the statement `show` prints
-            from evaluator.coverage import coverage, coverage_lines
             try:
                 gt = self.ground_truth((run.get("config") or {}).get("data"))
                 rec["coverage"] = [list(ln.partition(": ")[::2]) for ln in coverage_lines(coverage(gt, obj))]
