@@ -44,7 +44,8 @@ from evolve.config import RunConfig
 from evolve.llm import ParentInfo, ProposalRequest, mutator_for
 from evolve.mutate import OPERATOR_WEIGHTS, OfflineMutator
 from evolve.views.holdout_table import split_errors
-from evolve.pareto import cell_key, hypervolume, pareto_front, select_nsga2
+from evolve.views.history import front_hypervolume
+from evolve.pareto import cell_key, pareto_front, select_nsga2
 from evolve.ray_pool import RayPool
 from evolve.spend import Spend
 from evolve.workers import Executor, Job, WorkerPool
@@ -141,8 +142,9 @@ class SearchState:
         return bool(m.objectives) and finite_or_none(m.objectives.get("e2e_mean")) is not None
 
     def hv(self) -> float:
-        pts = [(m.objectives["complexity"], min(m.objectives["e2e_mean"], 1.0)) for m in self.frontier]
-        return hypervolume(pts, (60.0, 1.0)) if pts else 0.0
+        """The run summary's hypervolume: `evolve.views.history.front_hypervolume` (complexity and
+        the error the run ranks on), the figure the report and the UI plot."""
+        return front_hypervolume(self.frontier)
 
 
 def _dominates(a, b) -> bool:
