@@ -848,9 +848,12 @@ def predict(stored: StoredProgram, gt: GroundTruth, dep: Deployment, *, rates: l
     slo = slo or {}
     result_knee = None
     if slo and trace is None and requests is None:
-        k = knee(points, slo, key=lambda p: None)
-        above = [p for p in points if k is None or p["rate"] > k]
-        if refine and k is not None and above:  # bisect between the knee and the first rate above it
+        for edge in (False, True):  # bisect between each knee (point, then band edge) and the next rate
+            key = (lambda p: p["band"]) if edge else (lambda p: None)
+            k = knee(points, slo, key=key)
+            above = [p for p in points if k is None or p["rate"] > k]
+            if not refine or k is None or not above:
+                continue
             lo, hi = k, min(p["rate"] for p in above)
             for _ in range(refine):
                 mid = 0.5 * (lo + hi)
@@ -858,7 +861,7 @@ def predict(stored: StoredProgram, gt: GroundTruth, dep: Deployment, *, rates: l
                 _place(p, scope, dep, errors)
                 p["refined"] = True
                 points.append(p)
-                lo, hi = (mid, hi) if meets(p, slo) else (lo, mid)
+                lo, hi = (mid, hi) if meets(p, slo, key(p)) else (lo, mid)
         points.sort(key=lambda p: p["rate"])
         result_knee = {"slo": slo, "rate": knee(points, slo, key=lambda p: None),
                        "rate_within_band": knee(points, slo), "swept_max": max(rates),
