@@ -215,6 +215,7 @@ def test_report_figures_content(filled):
     pm = predicted_measured_figure(chosen)
     marks = [tr for tr in pm.data if tr.mode == "markers"]
     assert len(marks) == 3 and list(marks[0].x) == [r["meas_e2e_s"] for r in chosen["evaluation"]["rows"]]
+    assert list(marks[2].y) == pytest.approx([1e3 * r["pred_itl_s"] for r in chosen["evaluation"]["rows"]])  # ms
     assert list(marks[0].y) == [r["pred_e2e_s"] for r in chosen["evaluation"]["rows"]]
     assert predicted_measured_figure({"id": 1, "evaluation": {}}) is None
     assert regime_figure(chosen) is None  # no held-out errors in this archive

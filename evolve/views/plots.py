@@ -238,7 +238,7 @@ def progress_figure(evals: Sequence[Mapping]) -> go.Figure:
     prog = progress_series(evals)
     label = ranked_error_label(r.get("objectives") for r in evals)
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
-                        subplot_titles=(f"best {label} so far",
+                        subplot_titles=(f"{label}: best so far",
                                         f"hypervolume (complexity, that error) w.r.t. ({HV_REF[0]:g}, 100%)"))
     for j, (rid, s) in enumerate(sorted(prog.items())):
         col = PALETTE[j % len(PALETTE)]
@@ -298,7 +298,7 @@ def stage_errors_figure(rec: Mapping, baselines: Mapping[str, Any]) -> go.Figure
     return fig
 
 
-PRED_MEAS = (("e2e", "E2E", "s"), ("ttft", "TTFT", "s"), ("itl", "per-token time", "s"))
+PRED_MEAS = (("e2e", "E2E", "s", 1.0), ("ttft", "TTFT", "s", 1.0), ("itl", "per-token time", "ms", 1e3))
 
 
 def predicted_measured_figure(rec: Mapping) -> go.Figure | None:
@@ -310,11 +310,12 @@ def predicted_measured_figure(rec: Mapping) -> go.Figure | None:
         return None
     labels = stage_labels(rows)
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08,
-                        subplot_titles=[f"{lab} (s)" for _, lab, _ in PRED_MEAS])
-    for i, (m, lab, _) in enumerate(PRED_MEAS, start=1):
+                        subplot_titles=[f"{lab} ({unit})" for _, lab, unit, _ in PRED_MEAS])
+    _layout(fig, f"Program #{rec['id']}: predicted vs measured per experiment and stage", "", "", height=380)
+    for i, (m, lab, unit, scale) in enumerate(PRED_MEAS, start=1):
         pts = [(finite_or_none(r.get(f"meas_{m}_s")), finite_or_none(r.get(f"pred_{m}_s")), name)
                for r, name in zip(rows, labels)]
-        pts = [(x, y, n) for x, y, n in pts if x is not None and y is not None and x > 0 and y > 0]
+        pts = [(scale * x, scale * y, n) for x, y, n in pts if x is not None and y is not None and x > 0 and y > 0]
         if not pts:
             continue
         lo = min(min(x, y) for x, y, _ in pts) / 1.3
@@ -324,14 +325,11 @@ def predicted_measured_figure(rec: Mapping) -> go.Figure | None:
         fig.add_trace(go.Scatter(
             x=[x for x, _, _ in pts], y=[y for _, y, _ in pts], mode="markers", name=lab,
             marker=dict(color=PALETTE[i - 1], size=9, opacity=0.85), showlegend=False,
-            hovertext=[html.escape(n) + f"<br>measured {x:.4g} s<br>predicted {y:.4g} s<br>error {pct(abs(y - x) / x)}"
+            hovertext=[html.escape(n) + f"<br>measured {x:.4g} {unit}<br>predicted {y:.4g} {unit}<br>error {pct(abs(y - x) / x)}"
                        for x, y, n in pts], hoverinfo="text"), row=1, col=i)
-        fig.update_xaxes(type="log", range=[math.log10(lo), math.log10(hi)], title_text="measured", row=1, col=i)
-        fig.update_yaxes(type="log", range=[math.log10(lo), math.log10(hi)], title_text="predicted" if i == 1 else "",
-                         row=1, col=i)
-    _layout(fig, f"Program #{rec['id']}: predicted vs measured per experiment and stage", "", "", height=380)
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
+        ticks = dict(type="log", range=[math.log10(lo), math.log10(hi)], nticks=4, exponentformat="none", tickangle=0)
+        fig.update_xaxes(title_text="measured", row=1, col=i, **ticks)
+        fig.update_yaxes(title_text="predicted" if i == 1 else "", row=1, col=i, **ticks)
     fig.update_layout(margin=dict(t=60, b=60), legend=dict(y=-0.18))
     return fig
 
@@ -358,9 +356,10 @@ def regime_figure(rec: Mapping) -> go.Figure | None:
     _layout(fig, f"Program #{rec['id']}: held-out error per regime (red: the worst, what the run ranks on)", "",
             "relative error", pct_y=True, height=340)
     fig.update_yaxes(range=[0, 1.2 * max(fin)] if fin else None)
+    fig.update_xaxes(type="category")  # _layout sets a linear axis: the regimes are names
     if ins is not None:
         fig.add_hline(y=ins, line=dict(color="#666", dash="dot", width=1.2),
                       annotation=dict(text=f"in-sample mean E2E {pct(ins)}", font=dict(size=11, color="#555")),
-                      annotation_position="top right")
+                      annotation_position="top left")
     fig.update_layout(showlegend=False, margin=dict(b=50))
     return fig

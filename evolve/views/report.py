@@ -40,7 +40,8 @@ h1{font-size:22px;margin-bottom:4px} h2{font-size:18px;margin-top:32px;border-bo
 @media (max-width:1100px){.plots{grid-template-columns:minmax(0,1fr)}}
 .plot{background:#fff;border:1px solid #e3e3e3;border-radius:4px;min-width:0;margin:8px 0}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
-th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right}
+th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right} table.frontier td{white-space:nowrap}
+.tw{overflow-x:auto;max-width:100%}
 th{background:#f4f4f4;position:sticky;top:0} td.l,th.l{text-align:left} tr.chosen td{background:#fff6d5}
 pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:10px;overflow:auto;font-size:12.5px}
 details{margin:4px 0} summary{cursor:pointer} .bad{color:#b00} .ok{color:#070}
@@ -66,7 +67,8 @@ def _table_html(rows: list[dict], chosen: int | None) -> str:
     errs = shown_error_keys(rows)
     cols = [("id", "l"), ("twins", ""), ("run", "l"), ("gen", ""), ("operator", "l"), ("cplx", "")] \
         + [(BY_NAME[k].label if k in REGIMES else k, "") for k in errs] + [("components", "l")]
-    h = ["<table><thead><tr>" + "".join(f'<th class="{c}">{n}</th>' for n, c in cols) + "</tr></thead><tbody>"]
+    h = ['<div class="tw"><table class="frontier"><thead><tr>' + "".join(f'<th class="{c}">{n}</th>' for n, c in cols)
+         + "</tr></thead><tbody>"]
     for r in rows:
         cls = ' class="chosen"' if r["id"] == chosen else ""
         twins = r.get("duplicates") or []
@@ -77,7 +79,7 @@ def _table_html(rows: list[dict], chosen: int | None) -> str:
         cells += [fmt_err(r.get(k)) for k in errs]
         cells.append(html.escape(", ".join(r.get("components") or [])))
         h.append(f"<tr{cls}>" + "".join(f'<td class="{c}">{v}</td>' for v, (_, c) in zip(cells, cols)) + "</tr>")
-    h.append("</tbody></table>")
+    h.append("</tbody></table></div>")
     if any(r.get("duplicates") for r in rows):
         h.append(f'<p class="muted">twins +N: {html.escape(DUPLICATE_RULE)} (hover for their ids; '
                  "<code>evolve frontier --all</code> lists them).</p>")

@@ -247,8 +247,9 @@ function drawPlot() {
     const notes = [];
     if (above.length) notes.push("↑ above: baseline " + esc(above.join(", ")));
     if (nAbove) notes.push(`${nAbove} evaluated above the plot (up to ${pct(Math.max(...ys))})`);
-    if (notes.length) layout.annotations.push({text: notes.join(" · "), xref: "paper", yref: "paper", x: 1, y: 1,
-                                               xanchor: "right", yanchor: "top", showarrow: false,
+    // at the bottom right: errors start at 0, the top edge is where a baseline's label may sit
+    if (notes.length) layout.annotations.push({text: notes.join(" · "), xref: "paper", yref: "paper", x: 1, y: 0,
+                                               xanchor: "right", yanchor: "bottom", showarrow: false,
                                                font: {size: 11, color: "#667085"}, bgcolor: "rgba(255,255,255,0.85)"});
   }
   gd.dataset.baselines = String(bp.length);
@@ -290,7 +291,7 @@ function drawHistory() {
     xaxis: {title: {text: "evaluation index"}, gridcolor: "#eef0f3"}, xaxis2: {title: {text: "evaluation index"}, gridcolor: "#eef0f3"},
     yaxis: {type: logb ? "log" : "linear", tickformat: ".3~%", gridcolor: "#eef0f3"},
     yaxis2: {rangemode: "tozero", gridcolor: "#eef0f3"},
-    annotations: [{text: "best " + esc(lab) + " so far", xref: "x domain", yref: "paper", x: 0.5, y: 1.06, showarrow: false},
+    annotations: [{text: esc(lab) + ": best so far", xref: "x domain", yref: "paper", x: 0.5, y: 1.06, showarrow: false},
                   {text: "hypervolume so far", xref: "x2 domain", yref: "paper", x: 0.5, y: 1.06, showarrow: false}],
     plot_bgcolor: "#fff", paper_bgcolor: "#fff",
   };
