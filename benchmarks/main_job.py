@@ -1,0 +1,111 @@
+"""The main job as a user runs it: wall time, evaluations per second, peak memory (issue 31).
+
+Run: .venv/bin/python benchmarks/main_job.py [--budget 2000] [--workers 2] [--executor local|ray]
+         [--data DIR] [--seed 0] [--archive PATH] [--json]
+
+Starts `evolve run` as a subprocess and samples, every 0.5 s, the resident memory of its whole
+process tree (the driver, its workers, a local Ray cluster's processes): RSS summed (counts the
+pages forked workers share once per process: an upper bound) and PSS summed (shares them out:
+what the tree really holds), from /proc. Prints the load average before and after, since this
+machine's timings move with whatever else runs. Asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def tree_memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) in bytes summed over `pid` and its descendants."""
+    kids = _children()
+    todo, seen, rss, pss = [pid], set(), 0, 0
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        todo.extend(kids.get(p, ()))
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                text = f.read()
+        except OSError:
+            continue
+        m = re.search(r"^Rss:\s+(\d+) kB", text, re.M)
+        n = re.search(r"^Pss:\s+(\d+) kB", text, re.M)
+        rss += int(m.group(1)) * 1024 if m else 0
+        pss += int(n.group(1)) * 1024 if n else 0
+    return rss, pss
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=int, default=2000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--executor", default="local", choices=("local", "ray"))
+    ap.add_argument("--data")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--archive")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    archive = a.archive or str(Path(tempfile.mkdtemp(prefix="main_job_")) / "archive.db")
+    cmd = [str(ROOT / ".venv/bin/evolve"), "run", "--budget", str(a.budget), "--seed", str(a.seed),
+           "--workers", str(a.workers), "--archive", archive]
+    if a.data:
+        cmd += ["--data", a.data]
+    if a.executor == "ray":
+        cmd += ["--executor", "ray"]
+    load0 = os.getloadavg()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    peak_rss = peak_pss = 0
+    out: list[str] = []
+    import threading
+    reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
+    reader.start()
+    while proc.poll() is None:
+        rss, pss = tree_memory(proc.pid)
+        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+        time.sleep(0.5)
+    reader.join(5)
+    wall = time.perf_counter() - t0
+    text = "".join(out)
+    m = re.search(r"(\d+) evaluations in", text)
+    n = int(m.group(1)) if m else None
+    res = {"command": " ".join(cmd), "rc": proc.returncode, "wall_s": round(wall, 1),
+           "evaluations": n, "evaluations_per_s": round(n / wall, 3) if n else None,
+           "peak_rss_mb": round(peak_rss / 2**20), "peak_pss_mb": round(peak_pss / 2**20),
+           "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
+           "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "use #"))]}
+    if a.json:
+        print(json.dumps(res, indent=1))
+    else:
+        for k, v in res.items():
+            print(f"{k:18s} {v}")
+    return 0 if proc.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
