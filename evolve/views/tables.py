@@ -135,7 +135,10 @@ def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto front
     caption = (f"twins +N: {DUPLICATE_RULE}; `evolve frontier --all` lists every program" if collapsed else
                "every frontier program (\"= #N\": behaves as #N, every figure within 0.1%)"
                if any(r.get("duplicate_of") for r in rows) else None)
-    t = Table(title=title, header_style="bold", caption=caption, caption_justify="left")
+    runs = {str(r.get("run") or "") for r in rows}
+    one_run = len(runs) == 1  # the run goes into the title, not a column repeating it on every row
+    t = Table(title=f"{title} of run {next(iter(runs))}" if one_run and runs != {""} else title, header_style="bold",
+              caption=caption, caption_justify="left")
     t.add_column("id", justify="right")
     listed = any(r.get("duplicate_of") for r in rows)
     if collapsed or listed:
@@ -144,16 +147,17 @@ def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto front
     keys = shown_error_keys(rows)
     for k in keys:
         t.add_column(BY_NAME[k].label if k in REGIMES else k, justify="right")
-    t.add_column("components")
-    t.add_column("run")
     t.add_column("gen", justify="right")
+    if not one_run:
+        t.add_column("run")
+    t.add_column("components")
     for r in rows:
         twins = (f"+{len(r['duplicates'])}" if r.get("duplicates") else "") if collapsed else \
             (f"= #{r['duplicate_of']}" if r.get("duplicate_of") else "")
         t.add_row(("★ " if r.get("recommended") else "") + str(r["id"]), *([twins] if collapsed or listed else []),
                   fmt_num(r.get("complexity")),
-                  *(fmt_err(r.get(k)) for k in keys),
-                  ", ".join(r.get("components") or []), str(r.get("run") or ""), fmt_num(r.get("generation")))
+                  *(fmt_err(r.get(k)) for k in keys), fmt_num(r.get("generation")),
+                  *([] if one_run else [str(r.get("run") or "")]), ", ".join(r.get("components") or []))
     console.print(t)
     rec = next((r for r in rows if r.get("recommended")), None)
     if rec is not None:
