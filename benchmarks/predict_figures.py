@@ -36,7 +36,7 @@ from evaluator.data import load  # noqa: E402
 from evaluator.evaluate import Evaluator  # noqa: E402
 from evaluator.program import parse_program  # noqa: E402
 from evolve.cli import build_parser  # noqa: E402
-from evolve.predict_cmd import build  # noqa: E402
+from evolve.predict_run import build  # noqa: E402
 from evolve.views.format import clean_json  # noqa: E402
 from evaluator.predict import predict  # noqa: E402
 from seeds import seed_sources  # noqa: E402

@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from itertools import combinations
 
 import numba
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares, lsq_linear
 
 from evaluator.components import N_COMPONENTS, components_for_model, components_for_model_spread
 from evaluator.physics import REL_TOL, Constraints, constraint_residuals
@@ -524,7 +525,6 @@ def _law_fit(A: np.ndarray, y: np.ndarray):
     stage with a burst the simulation does not have, 4.6 cycles where the rest sit at 1.4-2,
     does not pull the law), on columns scaled to one size (tokens and microseconds differ
     1e4x); (coefficients, residual sum of squares trimmed at 3 robust sigmas, t-values)."""
-    from scipy.optimize import least_squares, lsq_linear
     scale = np.maximum(np.abs(A).max(axis=0), 1e-12)
     As = A / scale
     x0 = lsq_linear(As, y, bounds=(0.0, np.inf)).x
@@ -557,7 +557,6 @@ def fit_overhead_law(points) -> OverheadLaw:
     points: (mean prompt tokens, simulated per-token time us, mean residual TTFT us (measured -
     simulated), mean residual E2E us) per group; queue-dominated groups already left out.
     """
-    from itertools import combinations
     P = np.array([p for p in points if all(np.isfinite(p))], np.float64).reshape(-1, 4)
     if len(P) == 0:
         return OverheadLaw()

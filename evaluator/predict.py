@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from evaluator import kernels as kt
 from evaluator.components import COMPONENT_INDEX, MEASURED_NAMES, MODEL_FIELDS, SPREAD_NAMES, model_vector
 from evaluator.data import (Experiment, GroundTruth, estimate_kv_blocks, load_default_table, model_short_name,
                             per_token_time, read_arch)
@@ -32,6 +34,8 @@ from evaluator.errors import DataError
 from evaluator.failed_requests import DEFAULT_TIMEOUT_S
 from evaluator.fitting import QUEUE_DOMINATED_CYCLES, OverheadLaw, Overheads, fit_overhead_law
 from evaluator.holdout import OVERLOADED, PREFIX
+from evaluator.model_configs import (ModelConfigError, per_gpu_shapes, read_arch_file, shipped_config_path,
+                                     shipped_models, weight_bytes)
 from evaluator.physics import DEFAULT_MAX_MODEL_LEN, extrapolation_grid, floor_violation, grid_rows
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.simulator import Workload, simulate
@@ -228,7 +232,6 @@ def _data_root(gt: GroundTruth) -> Path | None:
 def resolve_model(name: str, gt: GroundTruth) -> tuple[str, str, dict]:
     """(short key, model id, arch) for a model of the data (short name, HF id or folder), a
     shipped config (evaluator/model_configs) or a path to a config.json."""
-    from evaluator.model_configs import ModelConfigError, read_arch_file, shipped_config_path
     p = Path(name)
     if p.suffix == ".json" or p.is_dir() or p.exists():
         if not p.exists():
@@ -254,7 +257,6 @@ def resolve_model(name: str, gt: GroundTruth) -> tuple[str, str, dict]:
             return model_short_name(shipped.parent.name), shipped.parent.name, read_arch_file(shipped)
         except (ModelConfigError, DataError) as e:
             raise PredictError(str(e)) from None
-    from evaluator.model_configs import shipped_models
     known = sorted({e.model for e in gt.experiments} | set(shipped_models()))
     raise PredictError(f"--model {name!r}: not a model of the data, a shipped config or a config.json path "
                        f"(known: {', '.join(known)})")
@@ -274,7 +276,6 @@ def _gpu_memory_gb(gt: GroundTruth) -> float:
 def _kernels_for(gt: GroundTruth, arch: dict, model: str, tp: int, hw: dict):
     """(flat tables, notes, why missing) for this model and TP: reduced from the data's kernel
     tables, else the embedded table's reduction of a measured (model, TP)."""
-    from evaluator import kernels as kt
     root = _data_root(gt)
     if root is not None and (root / kt.AIC_DIR).is_dir():
         try:
@@ -297,7 +298,6 @@ def make_deployment(gt: GroundTruth, model: str, tp: int | None = None, max_num_
     for the model (else 1), limits the data's (128 sequences, 2,048 tokens, 4,096 context,
     16-token blocks), KV blocks as measured for that model, TP and block size, else estimated
     from GPU memory (`estimate_kv_blocks`)."""
-    from evaluator.model_configs import ModelConfigError, per_gpu_shapes
     key, model_id, arch = resolve_model(model, gt)
     measured = [e for e in gt.experiments if e.model == key]
     defaults = []
@@ -336,7 +336,6 @@ def make_deployment(gt: GroundTruth, model: str, tp: int | None = None, max_num_
             if not 0 < gpu_memory_utilization <= 1:
                 raise PredictError(f"--gpu-memory-utilization must be in (0, 1], not {gpu_memory_utilization}")
             mem = _gpu_memory_gb(gt)
-            from evaluator.model_configs import weight_bytes
             free_gb = mem * gpu_memory_utilization - weight_bytes(arch) / tp / 1e9
             if free_gb <= 0:
                 raise PredictError(f"{model_id} does not fit at TP {tp}: {weight_bytes(arch) / tp / 1e9:.1f} GB of "
@@ -389,7 +388,6 @@ def check_components(stored: StoredProgram, dep: Deployment, consts: np.ndarray)
 # ---------------------------------------------------------------- constants and overheads
 
 def _size(arch: dict) -> float:
-    from evaluator.model_configs import weight_bytes
     return float(weight_bytes(arch))
 
 
@@ -561,7 +559,6 @@ def find_experiment(gt: GroundTruth, name: str) -> Experiment:
 def requests_file_workload(path: str, timeout_s: float) -> Workload:
     """A trace of one's own: CSV or parquet with arrival_time_us (or arrival_s), input_tokens and
     output_tokens per request; every prompt unique."""
-    import pandas as pd
     p = Path(path)
     try:
         df = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)

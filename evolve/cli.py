@@ -408,6 +408,11 @@ def cmd_ui(args) -> int:
     return 0
 
 
+def cmd_predict(args) -> int:
+    from evolve.predict_run import cmd_predict as predict  # loads numba and SciPy: only when it runs
+    return predict(args)
+
+
 def cmd_frontier(args) -> int:
     from evolve.views.tables import frontier_table, render_frontier
     archive = _read_archive(args.archive)
@@ -672,8 +677,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="emit the program as archived, dead conditionals included")
     blis_cmds.add_emit_go_options(g)  # --alias, --blis-patch, --blis-dir
     blis_cmds.register(sub, data_opts)  # export-blis-traces, blis-compare
-    from evolve import predict_cmd  # stdlib only at import: the command imports what it runs
-    predict_cmd.add_parser(sub)  # predict (docs/predict.md)
+    from evolve import predict_cmd  # its flags, standard library only
+    predict_cmd.add_parser(sub, cmd_predict)  # predict (docs/predict.md)
 
     f = sub.add_parser("frontier", help="the Pareto-optimal programs, sorted by complexity")
     f.add_argument("--archive", default="archive.db", metavar="PATH")
