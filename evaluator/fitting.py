@@ -575,10 +575,12 @@ def fit_overhead_law(points) -> OverheadLaw:
     if not cands:
         return OverheadLaw(api_us=max(0.0, float(np.median(y))), terms=("api_us",), n_points=n)
     top = min(c[0] for c in cands)
-    # within LAW_BIC_TIE of the lowest BIC the data cannot tell the subsets apart: the fewest terms win,
-    # then the constant (a prompt term over a narrow range of lengths is a constant in disguise)
+    # within LAW_BIC_TIE of the lowest BIC the data cannot tell the subsets apart: the fewest terms
+    # win, then the cycle term (what all four models of the shared data pin down: 1.4-2.0 cycles
+    # each, where a constant would be 15-35 ms), then the constant (a prompt term over a narrow
+    # range of lengths is a constant in disguise)
     best = min((c for c in cands if c[0] <= top + LAW_BIC_TIE),
-               key=lambda c: (len(c[1]), "api_us" not in c[1], "cycles" not in c[1], c[0]))
+               key=lambda c: (len(c[1]), "cycles" not in c[1], "api_us" not in c[1], c[0]))
     got = dict(zip(best[1], best[2]))
     law = OverheadLaw(**{k: float(got.get(k, 0.0)) for k in LAW_TERMS}, terms=tuple(best[1]), n_points=n)
     ttft = law.api_us + law.per_input_token_us * P[:, 0] + law.cycles * P[:, 1]
