@@ -417,6 +417,11 @@ def test_page_plot_panel_and_filter(page, server, built, tmp_path):
     page.wait_for_selector("#gocode")
     assert "package latency" in page.locator("#gocode").inner_text()
     assert page.locator("#errtable tbody tr").count() == len(rec["evaluation"]["rows"])
+    # predicted vs measured: one mark per experiment-stage and metric with both figures
+    n_marks = sum(1 for r in rec["evaluation"]["rows"] for m in ("e2e", "ttft", "itl")
+                  if (r.get(f"meas_{m}_s") or 0) > 0 and (r.get(f"pred_{m}_s") or 0) > 0)
+    page.wait_for_function("n => document.querySelectorAll('#pmplot .scatterlayer path.point').length === n",
+                           arg=n_marks)
     # the best baseline's errors arrive next to the program's, in the table and in the bar plot
     page.wait_for_function("() => (document.querySelector('#basenote') || {}).textContent?.includes('is the baseline')")
     n_rows = len(rec["evaluation"]["rows"])

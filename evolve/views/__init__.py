@@ -4,6 +4,8 @@
     report   report_html                                      (`evolve report`)
     server   make_server, serve                               (`evolve ui`; page in static/)
     plots    the Plotly figures of the report
+    history  what progress is measured on (the error the search ranks on, the one hypervolume the
+             run summary, the report and the UI share)
     go_view  the UI's Go view (go_emit.emit_record, as `evolve emit-go`)
 
 Viewers read the archive read-only; the one write is the first computation of the baselines

@@ -413,6 +413,7 @@ function renderProgram(rec, my) {
   const consts = constTable(rec, ev);
   const errBox = h("div", {id: "errs"});
   const errPlot = (ev.rows || []).length ? h("div", {id: "errplot", class: "plot"}) : null;
+  const pmPlot = (ev.rows || []).length ? h("div", {id: "pmplot", class: "plot"}) : null;
   const goBox = h("div", {id: "go"}, h("p", {class: "muted small"}, "generating Go…"));
   const why = rec.recommended ? h("p", {class: "recnote", id: "recnote"}, `★ recommended for run ${rec.run_id}: ` +
     "its worst held-out regime is the lowest among programs whose every constant the data pins down") : null;
@@ -421,6 +422,7 @@ function renderProgram(rec, my) {
     ...(consts ? [h("h3", null, "Fitted constants per model"), consts] : []),
     ...(rec.holdout_summary ? [h("h3", null, "Held-out errors (constants fitted without the held-out part)"),
                                holdoutTable(rec)] : []),
+    ...(pmPlot ? [h("h3", null, "Predicted vs measured per experiment and stage (held-out part; dashed: equal)"), pmPlot] : []),
     h("h3", null, "Errors per experiment and load stage (held-out part)"), errBox, errPlot,
     h("h3", null, "Go (BLIS LatencyModel)"), goBox);
   const fill = (b) => {
@@ -434,6 +436,7 @@ function renderProgram(rec, my) {
     if (errPlot) drawStageErrors(errPlot, rec, ev.rows, bname, bev);
   };
   fill(null);
+  if (pmPlot) drawPredMeas(pmPlot, ev.rows);
   ensureBaselines(rec.run_id && !rec.baseline_run && S.runs.some((r) => r.id === rec.run_id) ? rec.run_id : S.run)
     .then(fill).catch((e) => { if (my === S.token) errBox.prepend(h("p", {class: "err small"}, "baselines: " + e.message)); });
   api(`/api/program/${rec.id}/go`).then((g) => {
@@ -561,5 +564,31 @@ function drawStageErrors(gd, rec, rows, bname, bev) {
                   legend: {orientation: "h", x: 0, y: 1.0, yanchor: "bottom"},
                   yaxis: yax("E2E"), yaxis2: yax("TTFT"), yaxis3: yax("ITL"), xaxis: {tickangle: -35, tickfont: {size: 10}, automargin: true, type: "category"},
                   plot_bgcolor: "#fff", paper_bgcolor: "#fff"};
+  Plotly.react(gd, data, layout, CONFIG);
+}
+
+// predicted against measured E2E, TTFT (s) and per-token time (ms), one mark per experiment-stage,
+// log axes with the y = x line: a mark above the line is over-predicted
+function drawPredMeas(gd, rows) {
+  const data = [], layout = {font: FONT, margin: {l: 50, r: 8, t: 24, b: 40}, showlegend: false, hovermode: "closest",
+                             grid: {rows: 1, columns: 3, pattern: "independent"}, annotations: [],
+                             plot_bgcolor: "#fff", paper_bgcolor: "#fff"};
+  [["e2e", "E2E (s)", 1], ["ttft", "TTFT (s)", 1], ["itl", "per-token (ms)", 1e3]].forEach(([m, lab, k], i) => {
+    const ax = i ? String(i + 1) : "";
+    const pts = rows.map((r) => [r["meas_" + m + "_s"], r["pred_" + m + "_s"], r])
+      .filter(([x, y]) => fin(x) && fin(y) && x > 0 && y > 0).map(([x, y, r]) => [k * x, k * y, r]);
+    if (!pts.length) return;
+    const lo = Math.min(...pts.map(([x, y]) => Math.min(x, y))) / 1.3, hi = Math.max(...pts.map(([x, y]) => Math.max(x, y))) * 1.3;
+    data.push({type: "scatter", mode: "lines", x: [lo, hi], y: [lo, hi], xaxis: "x" + ax, yaxis: "y" + ax, hoverinfo: "skip",
+               line: {color: "#98a2b3", dash: "dash", width: 1}});
+    data.push({type: "scatter", mode: "markers", x: pts.map((p) => p[0]), y: pts.map((p) => p[1]), xaxis: "x" + ax, yaxis: "y" + ax,
+               marker: {color: ["#1f77b4", "#d62728", "#2ca02c"][i], size: 7, opacity: 0.85}, hoverinfo: "text",
+               hovertext: pts.map(([x, y, r]) => `${esc(r.model || r.experiment)} · ${esc(r.workload || "")} · s${r.stage}<br>` +
+                                                 `measured ${x.toPrecision(3)}<br>predicted ${y.toPrecision(3)}<br>error ${pct(Math.abs(y - x) / x)}`)});
+    const axis = {type: "log", range: [Math.log10(lo), Math.log10(hi)], gridcolor: "#eef0f3", nticks: 4, exponentformat: "none"};
+    layout["xaxis" + ax] = {...axis, title: {text: "measured", font: {size: 11}}};
+    layout["yaxis" + ax] = {...axis, title: {text: i ? "" : "predicted", font: {size: 11}}};
+    layout.annotations.push({text: lab, xref: "x" + ax + " domain", yref: "paper", x: 0.5, y: 1.08, showarrow: false});
+  });
   Plotly.react(gd, data, layout, CONFIG);
 }
