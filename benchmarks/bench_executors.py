@@ -2,6 +2,7 @@
 bytes that cross the wire per candidate and once per run (issue 12's third figure).
 
 Run: .venv/bin/python benchmarks/bench_executors.py [--data DIR] [--jobs N] [--heldout]
+(the local pool with 1 and 2 workers, then Ray with 1 and 2; the load average is printed)
 Each executor first gets one warm-up job per worker (start-up, reference states and numba
 compilation are excluded), then the same N candidates: the seeds and offline mutations of them
 with a fixed random seed, as screens (or, with --heldout, as a run makes them: a screen, then the
@@ -95,12 +96,13 @@ def main() -> None:
     sources = _candidates(a.jobs)
     splits = split_labels(load(a.data).experiments) if a.heldout else ()
     rates = {}
-    pool = WorkerPool(a.data, workers=2, timeout_s=600.0, heldout=a.heldout, splits=splits)
-    try:
-        print("local pool, 2 workers")
-        rates["local, 2 workers"] = _rate(pool, sources, kind, 2)
-    finally:
-        pool.close()
+    for w in (1, 2):  # scale-out on this machine: 1 -> 2 workers (issue 31, item 5)
+        pool = WorkerPool(a.data, workers=w, timeout_s=600.0, heldout=a.heldout, splits=splits)
+        try:
+            print(f"local pool, {w} worker(s)")
+            rates[f"local, {w} worker{'s' if w > 1 else ''}"] = _rate(pool, sources, kind, w)
+        finally:
+            pool.close()
     for w in (1, 2):
         pool = RayPool(a.data, workers=w, timeout_s=600.0, heldout=a.heldout, splits=splits)
         try:
@@ -110,6 +112,7 @@ def main() -> None:
         finally:
             pool.close()
     base = rates["local, 2 workers"]
+    print(f"load average {', '.join(f'{x:.2f}' for x in __import__('os').getloadavg())}")
     for k, r in rates.items():
         print(f"{k:20s} {r:6.3f} evaluations/s  ({r / base:.2f}x the local pool)")
     gt = load(a.data)
