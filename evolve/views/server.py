@@ -127,6 +127,7 @@ class _App:
         self._baselines: dict[str, dict] = {}
         self._baseline_locks: dict[str, threading.Lock] = {}
         self.go_view = GoView(load)
+        self._dup_cache: dict[tuple, tuple[dict, dict]] = {}
         self._gt: dict[str, object] = {}
         self._gt_lock = threading.Lock()
 
@@ -187,12 +188,8 @@ class _App:
         with _open(self.path) as a:
             rec = a.best_transfer(run, skip_prefix=BASELINE_PREFIX)
             rec_id = rec["id"] if rec else None
-            # behavioural duplicates among the frontier (tables.same_behaviour reads the rows)
-            full = [a.program(r["id"]) for r, _, _ in plottable if r["id"] in front_ids]
-        leader_of, dups = {}, {}
-        for g in duplicate_groups([r for r in full if r is not None], rec_id):
-            dups[g[0]["id"]] = sorted(r["id"] for r in g[1:])
-            leader_of.update({r["id"]: g[0]["id"] for r in g[1:]})
+            leader_of, dups = self._duplicates(a, sorted(r["id"] for r, _, _ in plottable if r["id"] in front_ids),
+                                               rec_id)
         cs = [c for _, c, _ in plottable]
         regimes = [k for k in REGIMES if any(k in (r.get("objectives") or {}) for r, _, _ in plottable)]
         pts = []
@@ -214,6 +211,26 @@ class _App:
                 "n_unplottable": len(evals) - len(plottable), "recommended": rec_id,
                 "regimes": [[k, BY_NAME[k].label] for k in regimes], "ranked_label": label,
                 "complexity_range": [min(cs), max(cs)] if cs else None, "history": history}
+
+    def _duplicates(self, a: Archive, front: list[int], rec_id: int | None) -> tuple[dict, dict]:
+        """(duplicate id -> the row's id, row id -> its duplicates) among the frontier programs
+        (tables.duplicate_groups reads each one's rows); cached per frontier, as a stored
+        evaluation never changes (the complexity slider asks again and again)."""
+        key = (tuple(front), rec_id)
+        with self._lock:
+            hit = self._dup_cache.get(key)
+        if hit is not None:
+            return hit
+        full = [r for r in (a.program(i) for i in front) if r is not None]
+        leader_of, dups = {}, {}
+        for g in duplicate_groups(full, rec_id):
+            dups[g[0]["id"]] = sorted(r["id"] for r in g[1:])
+            leader_of.update({r["id"]: g[0]["id"] for r in g[1:]})
+        with self._lock:
+            if len(self._dup_cache) > 64:
+                self._dup_cache.clear()
+            self._dup_cache[key] = (leader_of, dups)
+        return leader_of, dups
 
     # ------------------------------------------------------------ programs
     @staticmethod
