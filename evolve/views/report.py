@@ -53,6 +53,7 @@ details{margin:4px 0} summary{cursor:pointer} .bad{color:#b00} .ok{color:#070}
 .regime{border:1px solid #e3e3e3;border-radius:6px;padding:3px 8px;background:#fff}
 .regime .k{font-size:11px;color:#666} .regime .v{font-size:16px;font-weight:600}
 .regime.worst{border-color:#d62728} .regime.worst .v{color:#b00}
+.regime.ins{border-style:dashed;background:transparent} .regime.ins .v{color:#555;font-weight:500}
 .coverage{font-size:12.5px;margin:0;padding-left:0;list-style:none} .coverage li{margin:2px 0}
 .coverage b{color:#444} #recommended pre{margin:0;max-height:360px;white-space:pre-wrap;overflow-wrap:anywhere}
 """
@@ -188,7 +189,8 @@ def _recommended_html(rec: Mapping | None, run: str | None, cov: Mapping | None,
     regimes = "".join(f'<div class="regime{" worst" if w else ""}"><div class="k">{html.escape(lab)}'
                       f'{" (worst)" if w else ""}</div><div class="v">{v}</div></div>'
                       for lab, v, w in regime_cells(obj))
-    regimes += (f'<div class="regime"><div class="k">in-sample E2E</div><div class="v">{fmt_err(obj.get("e2e_mean"))}'
+    regimes += (f'<div class="regime ins" title="the time split: a diagnostic, not what the run ranks on">'
+                f'<div class="k">in-sample E2E</div><div class="v">{fmt_err(obj.get("e2e_mean"))}'
                 f'</div></div>')
     cap = go_cap_status(rec)
     items = coverage_items(cov, regimes=not held)
