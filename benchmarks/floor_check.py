@@ -27,6 +27,7 @@ from evaluator.data import load_ground_truth
 from evaluator.evaluate import Evaluator
 from evaluator.fitting import states_to_components
 from evaluator.identify import fold_constants, program_identifiability
+from evaluator import judge_states
 from evaluator.physics import (check_by_model, floor_us, floor_violation, grid_rows, model_grids,
                                monotonicity_violation)
 from evaluator.program import parse_program
@@ -108,7 +109,7 @@ def programs_report(gt, ev: Evaluator, fitted: bool) -> None:
     print(f"\n== physics check, {'fitted' if fitted else 'initial'} constants: floor on the judge's probes, "
           "floor and monotonicity on the extrapolation grid ==")
     grids = model_grids(gt)
-    probes = {m: ev._probes([e for e in ev.exps if e.model == m]) for m in sorted(grids)}
+    probes = {m: judge_states.probes(ev, [e for e in ev.exps if e.model == m]) for m in sorted(grids)}
     print("states per model: probes", {m: len(p) for m, p in probes.items()},
           "grid", {m: g.shape[0] * g.shape[1] for m, g in grids.items()})
     progs = {f"seed {k}": parse_program(v) for k, v in seed_sources().items()}

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from evaluator.fitting import subsample
+from evaluator.judge_states import probe
 from evaluator.physics import grid_rows
 from evaluator.step_scoring import predict_rows
 
@@ -38,10 +39,10 @@ def probe_rows(evaluator) -> dict[str, np.ndarray]:
     cache = evaluator.__dict__.setdefault("_fingerprint_rows", {})
     if not cache:
         grids = evaluator.grids()
-        for key, exps in sorted(evaluator._groups().items()):
-            X = evaluator._probe(key, exps)
+        for key, exps in sorted(evaluator.groups().items()):
+            X = probe(evaluator, key, exps)
             parts = [X[subsample(len(X), DATA_PROBES)]]
-            for m in evaluator._models_of(key, exps):
+            for m in evaluator.models_of(key, exps):
                 G = grid_rows(grids[m])
                 parts.append(G[subsample(len(G), GRID_PROBES)])
             cache[key] = np.ascontiguousarray(np.vstack(parts), dtype=np.float64)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evaluator import judge_states
 from evaluator.program import Program, collapse_conditional
 from evaluator.step_scoring import predict_rows
 
@@ -77,5 +78,5 @@ def probes_by_model(evaluator) -> dict[str, np.ndarray]:
     out = {}
     for model in sorted({e.model for e in evaluator.exps}):
         exps = [e for e in evaluator.exps if e.model == model]
-        out[model] = evaluator._probes(exps)
+        out[model] = judge_states.probes(evaluator, exps)
     return out

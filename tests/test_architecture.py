@@ -196,6 +196,45 @@ def test_each_package_imports_alone(package):
     assert p.returncode == 0, p.stderr[-2000:]
 
 
+# ---------------------------------------------------------------- the judge's modules
+
+# the judge split by what it does (docs/architecture.md, "judge"); `Evaluator` is their facade
+JUDGE_MODULES = ("evaluator.judge_data", "evaluator.judge_states", "evaluator.replay", "evaluator.scoring",
+                 "evaluator.fit_program", "evaluator.holdout_views")
+FACADE = "evaluator.evaluate"
+FACADE_MAX_LINES = 250
+EVALUATE_MAX_LINES = 35  # code lines of `Evaluator.evaluate`, the one method that orchestrates
+
+
+def test_judge_modules_work_without_the_facade():
+    """No judge module imports `evaluator.evaluate`, statically or at run time: the facade sits
+    on top of them, never between them."""
+    edges, _ = import_graph()
+    assert not [m for m in JUDGE_MODULES if FACADE in edges[m]]
+    code = ("import importlib, sys\nfor m in %r:\n    importlib.import_module(m)\n"
+            "assert %r not in sys.modules, 'a judge module imported the facade'\n" % (JUDGE_MODULES, FACADE))
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_evaluator_is_a_thin_facade():
+    """`Evaluator` delegates: the file stays short, every method but `evaluate` is a docstring and
+    one statement handing over to a judge module, and `evaluate` stays a short orchestration."""
+    path = module_files()[FACADE]
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= FACADE_MAX_LINES
+    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "Evaluator")
+    fat = []
+    for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+        body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if fn.name == "evaluate":
+            if fn.end_lineno - body[0].lineno + 1 > EVALUATE_MAX_LINES:
+                fat.append(f"evaluate: {fn.end_lineno - body[0].lineno + 1} lines of code")
+        elif len(body) != 1:
+            fat.append(f"{fn.name}: {len(body)} statements (delegate to a judge module)")
+    assert not fat, "\n".join(fat)
+
+
 # ---------------------------------------------------------------- the checker itself
 
 def _tree(tmp_path, files: dict[str, str]) -> Path:

@@ -8,6 +8,8 @@ from evaluator.blis_models import BLACKBOX_SOURCE
 from evaluator.baselines import evaluate_baseline
 from evaluator.evaluate import Evaluator
 from evaluator.program import parse_program
+from evaluator.replay import replay, simulate_one
+from evaluator.scoring import train_loss
 from evaluator.components import COMPONENT_INDEX as CI
 from seeds import seed_sources
 
@@ -136,7 +138,7 @@ def test_far_too_fast_candidate_stops_early_as_runaway(evaluator):
     # the simulator's own guard, for whatever reaches it: bounded by 5x the reference step count
     evaluator.reference_states()
     t0 = time.perf_counter()
-    _, why = evaluator._simulate_all(p.compiled(), {k: p.initial_constants for k in evaluator._groups()})
+    why = replay(evaluator, p.compiled(), {k: p.initial_constants for k in evaluator.groups()}).error
     assert why is not None and "runaway" in why
     assert time.perf_counter() - t0 < 30  # not 30M steps
 
@@ -154,7 +156,7 @@ def test_ttft_proxy_matches_simulated_ttft_without_queueing(evaluator):
         if e.stages[0].ttft_s > 1.0:  # the reasoning runs queue from the start (TTFT 103-120 s)
             continue
         c = np.asarray(res.constants[e.model])
-        r = evaluator._sim(f, c, e, record=True)
+        r = simulate_one(evaluator, f, c, e, record=True)
         dt = predict_rows(f, states_to_components(r.states, evaluator.mv[e.id]), c)
         wl = evaluator.wl[e.id]
         s = e.stages[0]  # the lower-rate stage: no queue
@@ -184,7 +186,7 @@ def test_refinement_is_kept_only_where_it_pays(evaluator):
     for refine in (False, True):
         res = evaluator.evaluate(p, refine=refine)
         consts = {k: np.asarray(v) for k, v in res.constants.items()}
-        results, bad = evaluator._simulate_all(f, consts)
-        assert bad is None
-        losses.append(evaluator._train_loss(f, consts, results))
+        run = replay(evaluator, f, consts)
+        assert run.error is None
+        losses.append(train_loss(evaluator, f, consts, run))
     assert losses[1] <= losses[0] + 1e-12

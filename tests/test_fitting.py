@@ -9,6 +9,7 @@ import pytest
 from scipy.optimize._numdiff import approx_derivative
 
 from evaluator import fitting
+from evaluator.judge_states import constraints, reference_stage_states
 from evaluator.program import parse_program
 from evaluator.program_grad import compiled_gradient
 from evaluator.step_scoring import predict_rows, predict_rows_grad
@@ -20,11 +21,11 @@ def problem(evaluator):
     """The fit of the linear_physics seed for one model, on its reference states, its step rows
     and its physical constraints, as `Evaluator.evaluate` builds it."""
     prog = parse_program(seed_sources()["linear_physics"])
-    key, exps = next((k, v) for k, v in sorted(evaluator._groups().items()) if evaluator._rows_for(v))
-    stages = [s for e in exps for s in evaluator._reference_stage_states(e)]
-    cons = evaluator._constraints(key, exps).for_program(prog.params)
+    key, exps = next((k, v) for k, v in sorted(evaluator.groups().items()) if evaluator.rows_for(v))
+    stages = [s for e in exps for s in reference_stage_states(evaluator, e)]
+    cons = constraints(evaluator, key, exps).for_program(prog.params)
     return prog, fitting.FitProblem(prog.compiled(), compiled_gradient(prog), prog.initial_constants, stages,
-                                    evaluator._rows_for(exps), cons)
+                                    evaluator.rows_for(exps), cons)
 
 
 def _blocks(prob) -> dict[str, slice]:

@@ -70,7 +70,7 @@ def test_rows_carry_the_cache_stats_of_the_reported_requests(out):
         c = np.asarray(out["constants"][e.model], np.float64)
         res = simulate(f, c, ev.mv[e.id], wl, e.kv_blocks, e.max_num_seqs, e.max_batched_tokens, e.block_size)
         assert res.ok
-        for cs in cache_stats_by_stage(res, wl, ev._part(e, "test")):
+        for cs in cache_stats_by_stage(res, wl, ev.part(e, "test")):
             r = by_key[(e.id, cs["stage"])]
             assert r["hit_rate"] == pytest.approx(cs["hit_rate"], rel=1e-12)
             assert r["always_hit_rate"] == pytest.approx(cs["always_hit_rate"], rel=1e-12)

@@ -194,7 +194,7 @@ def test_judge_grids_hold_no_negative_count(gt, seqs, budget, block, kv, max_len
     """The extrapolation grid and the edge probes the judge checks programs on stay inside the
     server: no negative count (a 64-token budget once gave P = 1,024, D = -960), no more
     decodes than max_num_seqs, no prefill chunk above the budget."""
-    from evaluator.evaluate import _edge_states
+    from evaluator.judge_states import edge_states
     exp = SimpleNamespace(max_num_seqs=seqs, max_batched_tokens=budget, block_size=block, kv_blocks=kv,
                           max_model_len=max_len)
     mv = gt.experiments[0].model_vec(gt.hardware)
@@ -203,7 +203,7 @@ def test_judge_grids_hold_no_negative_count(gt, seqs, budget, block, kv, max_len
     assert all((v >= 0).all() for v in cols)
     P, D, n_p, n_d, B, K = cols
     assert (P + D <= budget).all() and (B <= seqs).all() and (n_d <= D).all()
-    edges = _edge_states(kv * block, max_len, seqs, budget)
+    edges = edge_states(kv * block, max_len, seqs, budget)
     assert (edges[:, :6] >= 0).all() and (edges[:, 0] <= budget).all() and (edges[:, 4] <= seqs).all()
 
 

@@ -1,0 +1,123 @@
+"""Fit a program's constants per fitting group and check what the fit gives.
+
+The surrogate fit (`surrogate_fit`) reads reference states (`judge_states`); the refinement
+(`refine`) refits on the candidate's own `Replay` and keeps the refit only where its
+training-part loss is not worse; `unphysical` is the physical rules on every group's probes
+and grids, `identifiability` which constants the fitting states pin down, `refusal` what stops
+a program before any fit. The numerics are `evaluator.fitting`'s.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from evaluator import physics
+from evaluator.components import COMPONENTS, MEASURED_NAMES
+from evaluator.fitting import fit_constants, subsample
+from evaluator.identify import program_identifiability
+from evaluator.judge_data import JudgeData
+from evaluator.judge_states import constraints, grids, probe, reference_stage_states, stage_states
+from evaluator.program_grad import compiled_gradient
+from evaluator.replay import Replay, replay
+from evaluator.scoring import train_loss
+from evaluator.units import units_violation
+
+IDENTIFY_ROWS = 5000  # evenly spaced fitting states for the identifiability report (~20 ms a group)
+
+
+def kernels_missing(data: JudgeData, program) -> str | None:
+    """Why a program that reads measured components cannot be scored here (their values would
+    be NaN: no kernel tables for some model), else None."""
+    if MEASURED_NAMES.isdisjoint(program.params):
+        return None
+    return next((e.kernel_missing for e in data.all_exps if e.kernels is None), None)
+
+
+def refusal(data: JudgeData, program) -> str | None:
+    """Why no constants can make this program a usable step time here, before any fit: a
+    measured component without kernel tables, or a form that cannot be a time."""
+    return kernels_missing(data, program) or units_violation(program)
+
+
+def starting_constants(data: JudgeData, program, f, constants, fit: bool, start) -> dict[str, np.ndarray]:
+    """The constants to simulate first: those given, the declared ones (fit=False), an earlier
+    surrogate fit's (`start`, the cascade's screen) or a surrogate fit now."""
+    groups = data.groups()
+    x0 = program.initial_constants
+    if constants is not None:
+        return {k: np.asarray(v, np.float64) for k, v in constants.items()}
+    if not fit:
+        return {k: x0.copy() for k in groups}
+    if start is not None and set(start) >= set(groups):
+        return {k: np.asarray(start[k], np.float64) for k in groups}
+    return surrogate_fit(data, program, f)
+
+
+def surrogate_fit(data: JudgeData, program, f) -> dict[str, np.ndarray]:
+    """Constants per fitting group, fitted on the reference states, step rows and constraints."""
+    consts = {}
+    for key, exps in data.groups().items():
+        st = [s for e in exps for s in reference_stage_states(data, e)]
+        consts[key], _ = fit_constants(f, compiled_gradient(program), program.initial_constants, st,
+                                       data.rows_for(exps), constraints(data, key, exps).for_program(program.params))
+    return consts
+
+
+def refine(data: JudgeData, program, f, consts: dict, first: Replay, measured: bool,
+           spread: bool) -> tuple[dict, Replay, int]:
+    """Refit on the candidate's own batch states (`first`, recorded), simulate again, and keep
+    the refit only where it pays: its training-part loss must not be worse (a refit can tip a
+    near-saturated stage into a runaway queue), nor may it break a physical rule.
+    (constants, replay, steps the second replay simulated)."""
+    new = {}
+    for key, exps in data.groups().items():
+        st = [s for e in exps for s in stage_states(data, e, first.results[e.id].states)]
+        new[key], _ = fit_constants(f, compiled_gradient(program), consts[key], st, data.rows_for(exps),
+                                    constraints(data, key, exps).for_program(program.params))
+    if unphysical(data, f, new, program.params) is not None:
+        return consts, first, 0
+    second = replay(data, f, new, record=False, measured=measured, spread=spread)
+    if second.error is None and train_loss(data, f, new, second) <= train_loss(data, f, consts, first):
+        return new, second, second.n_steps
+    return consts, first, second.n_steps
+
+
+def unphysical(data: JudgeData, f, consts: dict, params=()) -> str | None:
+    """Why these constants make the program unphysical (`evaluator.physics`), or None:
+    below the hardware floor on a probe state or the grid, or faster with more work."""
+    by_model = grids(data)
+    for key, exps in sorted(data.groups().items()):
+        c = consts.get(key)
+        if c is None:
+            continue
+        models = data.models_of(key, exps)
+        why = (physics.check_program(f, c, probe(data, key, exps), None)
+               or physics.check_by_model(f, {m: c for m in models}, None, {m: by_model[m] for m in models},
+                                         physics.measured_read(params)))
+        if why:
+            return f"unphysical: {why}"
+    return None
+
+
+def identifiability(data: JudgeData, program, consts, fitted_on: Replay | None) -> dict[str, dict]:
+    """Per fitting group: which constants the fitting states pin down (`evaluator.identify`),
+    on the states the fit saw (the candidate's own when refined, `fitted_on`; else the
+    reference) plus the real step rows with a measured cycle."""
+    if not program.constants:
+        return {}
+    out = {}
+    for key, exps in sorted(data.groups().items()):
+        if key not in consts:
+            continue
+        parts = []
+        for e in exps:
+            if fitted_on is not None and len(fitted_on.results[e.id].states):
+                parts += [st.X for st in stage_states(data, e, fitted_on.results[e.id].states)]
+            else:
+                parts += [st.X for st in reference_stage_states(data, e)]
+        parts += [r.X[r.train & r.has_target] for r in data.rows_for(exps)]
+        X = np.vstack(parts) if parts else np.zeros((0, len(COMPONENTS)))
+        X = np.ascontiguousarray(X[subsample(len(X), IDENTIFY_ROWS)])
+        ident = program_identifiability(program, consts[key], X)
+        out[key] = {"rank": ident.rank, "n_constants": ident.n_constants, "unpinned": ident.unpinned(),
+                    "summary": ident.summary()}
+    return out
