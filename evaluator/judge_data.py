@@ -24,6 +24,9 @@ MOSTLY_FAILED = 0.5  # a stage whose measured failure fraction is above this is 
 
 
 class JudgeData:
+    """The experiments, workloads and measurements one evaluator (or one of its held-out views)
+    fits and scores, and which requests of them train and which are reported."""
+
     def __init__(self, gt: GroundTruth, train_fraction: float = 0.7, holdout: tuple | Split | None = None,
                  global_fit: bool = False, seed: int = 0, holdout_objectives: bool = False,
                  timeouts: bool = True):
