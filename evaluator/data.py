@@ -212,7 +212,7 @@ def _load_yaml(path: Path):
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise DataError(f"{path}: not valid YAML/JSON ({e})") from None
+        raise DataError(f"{path}: not valid YAML/JSON ({' '.join(str(e).split())})") from None  # one line
 
 
 def _get(obj, keys: str, path: Path, kind=float):

@@ -430,6 +430,8 @@ def _number(rec: dict, key: str, path: Path, line: int, field: str, required: bo
     v = rec[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise IngestError(path, line, field, f"must be a number, got {_describe(v)}")
+    if isinstance(v, int) and abs(v) > 1e300:  # beyond any float (math.isfinite would overflow)
+        raise IngestError(path, line, field, f"must be finite, got an integer of {len(str(abs(v)))} digits")
     if not math.isfinite(v):
         raise IngestError(path, line, field, f"must be finite, got {v}")
     return float(v)

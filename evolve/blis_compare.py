@@ -71,11 +71,34 @@ def read_results(results_dir: str | Path) -> dict[str, dict[str, Path]]:
 
 
 def _load(path: Path) -> dict[int, tuple[float, float]]:
+    """{request id: (TTFT us, E2E us)}; a record that is not one BLIS writes is refused, naming
+    the file, the record and the value (issue 33: never scored as it happens to convert)."""
     try:
         data = json.loads(path.read_text())
-        return {int(r["request_id"]): (float(r["ttft_us"]), float(r["e2e_us"])) for r in data}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise BlisCompareError(f"{path}: not a BLIS --results-path file ({e})") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise BlisCompareError(f"{path}: not a BLIS --results-path file ({' '.join(str(e).split())[:200]})") from None
+    if not isinstance(data, list):
+        raise BlisCompareError(f"{path}: not a BLIS --results-path file (a JSON list of request records expected, "
+                               f"got {type(data).__name__})")
+    out: dict[int, tuple[float, float]] = {}
+    for n, r in enumerate(data):
+        if not isinstance(r, dict) or not all(k in r for k in ("request_id", "ttft_us", "e2e_us")):
+            raise BlisCompareError(f"{path}: record {n} is not a request record with request_id, ttft_us and e2e_us")
+        rid = r["request_id"]
+        if isinstance(rid, bool) or not isinstance(rid, int) or rid < 0:
+            raise BlisCompareError(f"{path}: record {n}: request_id must be a non-negative integer, got {rid!r}")
+        for name in ("ttft_us", "e2e_us"):
+            v = r[name]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise BlisCompareError(f"{path}: record {n}: {name} must be a finite time >= 0 (microseconds), "
+                                       f"got {v!r}")
+        if r["e2e_us"] < r["ttft_us"]:
+            raise BlisCompareError(f"{path}: record {n}: e2e_us {r['e2e_us']!r} is shorter than ttft_us "
+                                   f"{r['ttft_us']!r}")
+        if rid in out:
+            raise BlisCompareError(f"{path}: record {n}: request_id {rid} appears twice")
+        out[rid] = (float(r["ttft_us"]), float(r["e2e_us"]))
+    return out
 
 
 def blis_counts(stdout_path: Path) -> dict[str, int] | None:

@@ -128,6 +128,8 @@ def cmd_ingest(args) -> int:
                                block_size=args.block_size, kv_blocks=args.kv_blocks)
         except (IngestError, ValueError) as e:
             sys.exit(f"error: {e}")
+        except RecursionError:  # json's decoder on arrays nested thousands deep
+            sys.exit(f"error: {', '.join(args.inputs)}: JSON nested too deeply to be a benchmark file")
         print("\n".join(lines))
         return 0
     steps = reqs = None
@@ -138,6 +140,9 @@ def cmd_ingest(args) -> int:
             reqs = ingest_request_lifecycle(args.lifecycle, args.experiment)
     except IngestError as e:
         sys.exit(f"error: {e}")
+    except RecursionError:  # json's decoder on arrays nested thousands deep
+        sys.exit(f"error: {args.traces if steps is None and args.traces else args.lifecycle}: JSON nested too deeply "
+                 "to be a trace or lifecycle file")
     if steps is None and reqs is None:
         sys.exit("error: give --traces and/or --lifecycle")
     write_ground_truth(steps, reqs, args.out)
@@ -280,6 +285,10 @@ def cmd_run(args) -> int:
         if run is None:
             sys.exit(f"error: no run {args.resume!r} in {args.archive}")
         stored = run["config"]
+        changed = _resume_changes(args, stored)
+        if changed:  # never silently ignored: the stored settings are what the run continues with
+            sys.exit(f"error: --resume {args.resume} continues with its stored settings; it may change --budget, "
+                     f"--workers, --executor, --ray-address and the LLM spend caps, not {', '.join(changed)}")
     cfg = config_from_args(args, stored)
     from evolve.llm import unpriced_cap
     unpriced = unpriced_cap(cfg)  # a cost cap nobody can price would not hold
@@ -320,6 +329,18 @@ def cmd_run(args) -> int:
                   f"(worst {_pct(b['e2e_worst'])}), TTFT {_pct(b['ttft_mean'])}, ITL {_pct(b['itl_mean'])}, "
                   f"step MAPE {_pct(b['step_mape'])}, complexity {b['complexity']:.0f}")
     return 0
+
+
+def _resume_changes(args, stored: dict) -> list[str]:
+    """Flags given with --resume that differ from both their default and the stored run's value."""
+    from evolve.config import RESUMABLE, SPEND_CAPS, RunConfig, config_from_args
+    given = config_from_args(args)
+    default = config_from_args(build_parser().parse_args(["run"]))
+    kept = RunConfig.from_json(stored)
+    names = {"holdout": "--no-holdout", "timeout_s": "--timeout", "caps": "--max-ops/--max-cond/--max-consts"}
+    return [names.get(f, "--" + f.replace("_", "-")) for f in RunConfig.__dataclass_fields__
+            if f not in RESUMABLE + SPEND_CAPS and getattr(given, f) != getattr(default, f)
+            and getattr(given, f) != getattr(kept, f)]
 
 
 def cmd_pilot(args) -> int:

@@ -143,3 +143,68 @@ def test_bad_flag_is_one_line_and_exit_2():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "--train-fraction: must be a finite number in (0, 1)" in r.stderr
+
+
+# ---------------------------------------------------------------- issue 33: the second pass's categories
+
+@pytest.mark.parametrize("case", hostile.GT33_VALUES, ids=[f"{w}:{f}={v!r}" for w, f, v in hostile.GT33_VALUES])
+def test_ground_truth_values_the_issue_names_are_refused(case, tiny, tmp_path):
+    """tensor_parallelism 2.7, max_num_seqs 1.5, a negative failure count, "false", an E2E of
+    1e12 s, zero FLOP/s, TP 0, infinities, huge declared sizes: one line naming the file."""
+    root = shutil.copytree(tiny[False], tmp_path / "d")
+    damaged = hostile.damage_gt33(case, root)
+    assert hostile.run_gt33(root, damaged) == "clean", case
+
+
+@given(data=st.data())
+def test_malformed_ground_truth_files_are_refused(data, tiny, tmp_path):
+    case = hostile.json_case(_pick(data))
+    root = Path(tempfile.mkdtemp(dir=tmp_path)) / "d"
+    shutil.copytree(tiny[False], root)
+    assert hostile.run_json(case, root) in ("clean", "ok"), case
+
+
+@given(data=st.data())
+def test_malformed_ingest_files_are_one_line(data, tmp_path):
+    case = hostile.ingest_case(_pick(data))
+    work = Path(tempfile.mkdtemp(dir=tmp_path))
+    assert hostile.run_ingest(case, Path(__file__).parent / "fixtures", work) in ("clean", "ok"), case
+
+
+@given(data=st.data())
+def test_malformed_blis_results_are_never_scored(data, tiny, tmp_path):
+    case = hostile.blis_case(_pick(data))
+    out = Path(tempfile.mkdtemp(dir=tmp_path))
+    hostile.damage_blis(case, hostile.make_blis_results(tiny[True], out))
+    assert hostile.run_blis(out, tiny[True]) == "clean", case
+
+
+def _every(case_fn) -> list:
+    got = []
+    case_fn(lambda seq: got.extend(seq) or seq[0])
+    return got
+
+
+@pytest.fixture(scope="module")
+def ids_archive(tmp_path_factory):
+    from evolve.archive import Archive
+    from evolve.config import RunConfig
+    path = tmp_path_factory.mktemp("ids") / "a.db"
+    pid = next(iter(hostile.make_archive(path, config=RunConfig(budget=30).to_json())))
+    a = Archive(path, readonly=True)
+    run_id = a.runs()[0]["id"]
+    a.close()
+    return path, run_id, pid
+
+
+@pytest.mark.parametrize("argv", _every(hostile.unknown_id_case), ids=" ".join)
+def test_unknown_ids_are_one_line(argv, ids_archive, tmp_path):
+    assert hostile.run_unknown_id(argv, ids_archive[0], tmp_path) == "clean", argv
+
+
+@pytest.mark.parametrize("argv", _every(hostile.flags_case), ids=" ".join)
+def test_bad_flag_combinations_are_refused(argv, ids_archive, tmp_path):
+    """The whole command runs (not only the parser): refused in one line before any work; a
+    --resume that would change a stored setting included."""
+    path, run_id, pid = ids_archive
+    assert hostile.run_flags(argv, path, run_id, pid, tmp_path) == "clean", argv

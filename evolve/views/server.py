@@ -308,6 +308,7 @@ class _App:
 class _Handler(BaseHTTPRequestHandler):
     server_version = "StepEvolveUI/1"
     protocol_version = "HTTP/1.1"
+    timeout = 30  # seconds a connection may sit without a whole request line: then it is closed
 
     def log_message(self, format, *args):  # noqa: A002 - quiet unless asked
         if getattr(self.server, "verbose", False):
@@ -402,6 +403,15 @@ class _Server(ThreadingHTTPServer):
         super().__init__(addr, _Handler)
         self.app = app
         self.verbose = verbose
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away (reset, broken pipe, idle past the timeout) is ordinary; any
+        other failure is one line in the log, never socketserver's traceback (issue 33)."""
+        e = sys.exc_info()[1]
+        if isinstance(e, (ConnectionError, TimeoutError)):
+            return
+        print(f"ui: a request from {client_address[0]} failed: {type(e).__name__}: "
+              f"{' '.join(str(e).split())[:200]}", file=sys.stderr)
 
 
 def make_server(archive_path, host: str = "127.0.0.1", port: int = 0, verbose: bool = False):
