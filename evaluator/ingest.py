@@ -158,10 +158,12 @@ def _otlp_int(value: Any) -> int:
     raw = value["intValue"]
     if isinstance(raw, bool):
         raise ValueError(f"intValue must be an integer, got {_describe(raw)}")
-    if isinstance(raw, int):
-        return raw
     if isinstance(raw, str) and _INT_RE.fullmatch(raw.strip()):
-        return int(raw)
+        raw = int(raw)
+    if isinstance(raw, int):
+        if not -2**63 <= raw < 2**63:  # OTLP's intValue is an int64
+            raise ValueError(f"intValue must fit an int64, got an integer of {len(str(abs(raw)))} digits")
+        return raw
     raise ValueError(f"intValue must be an integer or a decimal string, got {_describe(raw)}")
 
 
@@ -448,6 +450,8 @@ def _count(container: dict, key: str, path: Path, line: int, field: str) -> int 
             raise IngestError(path, line, field, f"must be an integer, got {_describe(v)}")
     if v < 0:
         raise IngestError(path, line, field, f"must be >= 0, got {v}")
+    if v > 2**53:  # a count no benchmark reaches; beyond it the int64 columns overflow
+        raise IngestError(path, line, field, f"must be at most 2^53, got an integer of {len(str(v))} digits")
     return v
 
 

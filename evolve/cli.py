@@ -128,8 +128,8 @@ def cmd_ingest(args) -> int:
                                block_size=args.block_size, kv_blocks=args.kv_blocks)
         except (IngestError, ValueError) as e:
             sys.exit(f"error: {e}")
-        except RecursionError:  # json's decoder on arrays nested thousands deep
-            sys.exit(f"error: {', '.join(args.inputs)}: JSON nested too deeply to be a benchmark file")
+        except (RecursionError, OverflowError) as e:  # JSON nested thousands deep, a number beyond any float
+            sys.exit(f"error: {', '.join(args.inputs)}: not a benchmark file ({' '.join(str(e).split())[:120]})")
         print("\n".join(lines))
         return 0
     steps = reqs = None
@@ -140,9 +140,9 @@ def cmd_ingest(args) -> int:
             reqs = ingest_request_lifecycle(args.lifecycle, args.experiment)
     except IngestError as e:
         sys.exit(f"error: {e}")
-    except RecursionError:  # json's decoder on arrays nested thousands deep
-        sys.exit(f"error: {args.traces if steps is None and args.traces else args.lifecycle}: JSON nested too deeply "
-                 "to be a trace or lifecycle file")
+    except (RecursionError, OverflowError) as e:  # JSON nested thousands deep, a number beyond any float
+        sys.exit(f"error: {args.traces if steps is None and args.traces else args.lifecycle}: not a trace or "
+                 f"lifecycle file ({' '.join(str(e).split())[:120]})")
     if steps is None and reqs is None:
         sys.exit("error: give --traces and/or --lifecycle")
     write_ground_truth(steps, reqs, args.out)
