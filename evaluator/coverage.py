@@ -6,6 +6,8 @@ nobody measured; before trusting an answer they need to know whether the questio
 the data (models, tensor parallelism, server limits, request contexts, loads) or beyond it.
 `coverage` reads that from the ground truth the program was fitted on and its held-out
 objectives; `coverage_lines` is the text `show` prints and `emit-go` writes into the Go header.
+Given the program's archive record it also says on which shipped configs' shapes the physical
+rules hold (`evaluator.served_shapes`): the models people serve, not only the data's.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from evaluator.holdout import request_context
 from evaluator.objectives import BY_NAME, REGIMES, finite_or_none
 from evaluator.physics import DEFAULT_MAX_MODEL_LEN
+from evaluator.served_shapes import check_record, served_line
 
 
 def _span(values) -> list:
@@ -21,8 +24,9 @@ def _span(values) -> list:
     return [vals[0], vals[-1]] if vals else []
 
 
-def coverage(gt, objectives: Mapping | None = None) -> dict:
-    """Plain dict (strict-JSON ready): fitted_on, ranges, regimes, not_validated_for."""
+def coverage(gt, objectives: Mapping | None = None, record: Mapping | None = None) -> dict:
+    """Plain dict (strict-JSON ready): fitted_on, ranges, regimes, not_validated_for; with the
+    program's archive record (valid evaluation), served_shapes: one verdict per shipped config."""
     exps = list(gt.experiments)
     models = sorted({e.model for e in exps})
     tp = {m: sorted({e.tp for e in exps if e.model == m}) for m in models}
@@ -54,7 +58,9 @@ def coverage(gt, objectives: Mapping | None = None) -> dict:
             "ranges": {"request_context_tokens": _span(ctx), "rate_req_s": _span(rates),
                        "max_num_seqs": _span(limits["max_num_seqs"])},
             "regimes": regimes,
-            "not_validated_for": gaps}
+            "not_validated_for": gaps,
+            **({"served_shapes": [r.to_json() for r in served]}
+               if record is not None and (served := check_record(record, gt)) is not None else {})}
 
 
 def coverage_lines(cov: Mapping) -> list[str]:
@@ -72,4 +78,5 @@ def coverage_lines(cov: Mapping) -> list[str]:
             f"Seen: requests of {ctx[0]:,.0f}-{ctx[1]:,.0f} tokens (prompt + output), loads "
             f"{rate[0]:g}-{rate[1]:g} req/s" if ctx and rate else "Seen: —",
             f"Held-out error per regime: {regimes}",
-            "Not validated for: " + "; ".join(cov["not_validated_for"])]
+            "Not validated for: " + "; ".join(cov["not_validated_for"])] \
+        + ([served_line(cov["served_shapes"])] if cov.get("served_shapes") else [])

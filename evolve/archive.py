@@ -48,7 +48,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,7 @@ from evolve.pareto import pareto_front
 # one float column per objective, for SQL sorting; the optional held-out regimes (long decode,
 # overload) live in the objectives JSON only, like the failure error: data without them has none
 OBJECTIVE_COLUMNS = tuple(k for k in ORDER if k not in REGIMES_OPTIONAL)
+USABLE_CHECKS = 50  # best_transfer: candidates asked `usable` at most (grid predictions, ~0.1 s each)
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 STAGES = ("screen", "full")
 SCHEMA_VERSION = 5  # 4: pending_results (kept results of a killed run); 5: fingerprint, twin_of
@@ -759,12 +760,17 @@ class Archive:
             pid = s.scalar(q)
         return self.program(pid) if pid is not None else None
 
-    def best_transfer(self, run_id: str | None = None, skip_prefix: str | None = None) -> dict | None:
+    def best_transfer(self, run_id: str | None = None, skip_prefix: str | None = None,
+                      usable: Callable[[dict], bool] | None = None) -> dict | None:
         """The program a user should take from a run: the lowest `selection_loss` (the worst of
         the held-out regime errors where they were scored) among full evaluations whose every
         constant the data pins down (`evaluator.identify`), else among all of them. A constant
         the data cannot pin is a defect: it is held by the fit's faint prior, not by data.
-        skip_prefix: leave out runs whose id starts with it (the stored baselines)."""
+        skip_prefix: leave out runs whose id starts with it (the stored baselines).
+        usable(record): with it, the first candidate in that order it accepts is taken (the
+        physical rules hold on the shipped configs' shapes: `evaluator.served_shapes.usable_check`,
+        which the callers holding the data pass; importing it here would load numba for `evolve
+        frontier`); asked lazily, best first, at most USABLE_CHECKS times; none accepted: the first."""
         q = (select(ProgramRow.id, ProgramRow.complexity, EvaluationRow.objectives, EvaluationRow.identifiability)
              .join(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
              .where(ProgramRow.valid.is_(True), EvaluationRow.valid.is_(True), EvaluationRow.stage == "full"))
@@ -776,8 +782,15 @@ class Archive:
             rows = s.execute(q).all()
         ranked_rows = [(any((g or {}).get("unpinned") for g in (ident or {}).values()),
                         selection_loss(obj or {}), cx, pid) for pid, cx, obj, ident in rows]
-        ranked_rows = [r for r in ranked_rows if math.isfinite(r[1])]
-        return self.program(min(ranked_rows)[3]) if ranked_rows else None
+        ranked_rows = sorted(r for r in ranked_rows if math.isfinite(r[1]))
+        if not ranked_rows:
+            return None
+        if usable is not None:
+            for r in ranked_rows[:USABLE_CHECKS]:
+                rec = self.program(r[3])
+                if usable(rec):
+                    return rec
+        return self.program(ranked_rows[0][3])
 
     # ------------------------------------------------------------ records
     def program(self, program_id: int) -> dict | None:

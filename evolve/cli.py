@@ -248,7 +248,9 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
     out["work"] = archive.work_counts(search.run_id)
     out["hypervolume"] = search.state.hv()
     fr = search.state.frontier
-    best = archive.best_transfer(search.run_id)  # held-out errors first, every constant pinned
+    from evaluator.served_shapes import usable_check
+    # held-out errors first, every constant pinned, physical on the shipped configs' shapes
+    best = archive.best_transfer(search.run_id, usable=usable_check(search._gt))
     out["best"] = {"id": best["id"], **best["objectives"]} if best else None
     out["best_step_mape"] = _best_step_mape(fr)
     out["llm_spend_text"] = search.spend.text() if cfg.llm else None
@@ -451,6 +453,7 @@ def cmd_show(args) -> int:
     from evolve.baselines_store import stored_baselines
     from evolve.spend import Spend
     from evolve.views.holdout_table import holdout_table, split_table
+    from evaluator.served_shapes import usable_check
     from evolve.views.tables import show_program
     archive = _read_archive(args.archive)
     rec = _program_or_exit(archive, args)
@@ -458,7 +461,9 @@ def cmd_show(args) -> int:
     con = _console()
     if name:
         con.print(f"baseline shown alongside: {name} (lowest mean E2E error of the three)")
-    show_program(archive, args.program_id, con, baseline_rows=base.rows if base else None)
+    gt = _run_gt(archive, rec["run_id"])
+    show_program(archive, args.program_id, con, baseline_rows=base.rows if base else None,
+                 usable=usable_check(gt) if gt is not None else None)
     run = archive.get_run(rec["run_id"]) or {}
     if (run.get("config") or {}).get("llm"):
         cfg = run["config"]
@@ -469,23 +474,33 @@ def cmd_show(args) -> int:
         con.print(holdout_table(named))
         con.print(split_table(named))
     _show_kernel_notes(archive, rec, con)
-    _show_coverage(archive, rec, con)
+    _show_coverage(archive, rec, con, gt)
     return 0
 
 
-def _show_coverage(archive, rec: dict, con) -> None:
+def _run_gt(archive, run_id: str):
+    """The run's ground truth, or None when it cannot be read (`_show_coverage` says why)."""
+    from evaluator.data import load
+    try:
+        return load(_run_data(archive, run_id))
+    except DataError:
+        return None
+
+
+def _show_coverage(archive, rec: dict, con, gt=None) -> None:
     """Where the program holds (evaluator.coverage): what its constants saw, its held-out error
-    per regime and what it was never validated for; from the run's data."""
+    per regime, what it was never validated for and the physical rules on the shipped configs'
+    shapes; from the run's data."""
     from evaluator.coverage import coverage, coverage_lines
     from evaluator.data import load
     if not (rec.get("evaluation") or {}).get("valid"):
         return
     try:
-        gt = load(_run_data(archive, rec["run_id"]))
+        gt = gt if gt is not None else load(_run_data(archive, rec["run_id"]))
     except DataError as e:
         con.print(f"coverage: the run's data cannot be read ({e})")
         return
-    for line in coverage_lines(coverage(gt, rec.get("objectives"))):
+    for line in coverage_lines(coverage(gt, rec.get("objectives"), rec)):
         con.print(line, markup=False)
 
 

@@ -85,7 +85,7 @@ def emit_record(record: Mapping, gt: GroundTruth, *, package: str = "latency", i
                    {m: overheads.get(m, {}) for m in by_model}, package=package, interface=interface,
                    program_id=str(pid), scores=scores, caps=caps,  # the Go cap is refused first
                    aliases=merge_aliases(gt, by_model, aliases),
-                   coverage=coverage_lines(coverage(gt, ev.get("objectives"))))
+                   coverage=coverage_lines(coverage(gt, ev.get("objectives"), record)))
     why = physics.check_by_model(program.compiled(), {m: np.asarray(c, np.float64) for m, c in by_model.items()},
                                  dict(probes), {m: g for m, g in physics.model_grids(gt).items() if m in by_model},
                                  physics.measured_read(program.params))

@@ -18,6 +18,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from evaluator.coverage import coverage, coverage_lines
+from evaluator.served_shapes import usable_check
 from evaluator.objectives import BY_NAME, HELDOUT, ORDER, REGIMES, finite_or_none, has_heldout
 from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
                                  failure_cells, fmt_err, fmt_missing, fmt_num, go_cap_status, mean, objectives_of,
@@ -266,7 +267,8 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     valid = [r for r in evals if r.get("eval_valid")]
     front = [r for r in search_frontier(archive, run) if searched(r)]
     front_ids = {r["id"] for r in front}
-    recommended = archive.best_transfer(run, skip_prefix=BASELINE_PREFIX)
+    usable = usable_check(gt) if gt is not None else None  # physical on the shipped configs' shapes
+    recommended = archive.best_transfer(run, skip_prefix=BASELINE_PREFIX, usable=usable)
     chosen = archive.program(program_id) if program_id is not None else recommended
     chosen_id = chosen["id"] if chosen else None
     rec_id = recommended["id"] if recommended else None
@@ -274,7 +276,7 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     cov, cov_error = None, None
     if recommended is not None and gt is not None:
         try:
-            cov = coverage(gt, recommended.get("objectives"))
+            cov = coverage(gt, recommended.get("objectives"), recommended)
         except Exception as e:  # noqa: BLE001 - a statement that cannot be made is said, the page still written
             cov_error = f"cannot be computed ({type(e).__name__}: {e})"
 
@@ -301,7 +303,7 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
             "candidates; the baselines are the dotted reference lines.</p>",
             '<div class="plots">' + _plot(pareto_figure(evals, front_ids, baselines, chosen, rec_id), "plot-pareto")
             + _plot(ttft_itl_figure(evals, front_ids, baselines), "plot-ttft-itl") + "</div>",
-            "<h2>Frontier</h2>", _table_html([r for r in frontier_table(archive, run)
+            "<h2>Frontier</h2>", _table_html([r for r in frontier_table(archive, run, usable=usable)
                                                if not str(r.get("run")).startswith(BASELINE_PREFIX)], chosen_id)]
     if baselines:
         body.append(_baseline_table(baselines))

@@ -56,6 +56,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from evaluator.coverage import coverage, coverage_lines
+from evaluator.served_shapes import usable_check
 from evaluator.data import load
 from evaluator.objectives import BY_NAME, REGIMES, Caps, finite_or_none
 from evolve.archive import Archive
@@ -130,6 +131,7 @@ class _App:
         self._dup_cache: dict[tuple, tuple[dict, dict]] = {}
         self._gt: dict[str, object] = {}
         self._gt_lock = threading.Lock()
+        self._usable: dict[str, object] = {}  # data key -> served_shapes.usable_check (caches verdicts)
 
     def ground_truth(self, data):
         """The ground truth of a run's data source (None: the embedded default), loaded once."""
@@ -138,6 +140,18 @@ class _App:
             if key not in self._gt:
                 self._gt[key] = load(data)
             return self._gt[key]
+
+    def usable(self, a: Archive, run: str | None):
+        """`best_transfer`'s served-shapes check with the run's data (all runs: the first search
+        run's), so the UI names the program `show` and the report name; None without data."""
+        runs = [a.get_run(run)] if run else [r for r in a.runs() if not r["id"].startswith(BASELINE_PREFIX)]
+        data = ((runs[0] or {}).get("config") or {}).get("data") if runs else None
+        try:
+            gt = self.ground_truth(data)
+        except Exception:  # noqa: BLE001 - the run's data may be gone: the rule without the check
+            return None
+        with self._gt_lock:
+            return self._usable.setdefault(json.dumps(data), usable_check(gt))
 
     # ------------------------------------------------------------ runs
     def runs(self) -> dict:
@@ -186,7 +200,7 @@ class _App:
             front_ids = {r["id"] for r in pareto_front([r for r, _, _ in plottable],
                                                        key=lambda r: r.get("objectives") or {})}
         with _open(self.path) as a:
-            rec = a.best_transfer(run, skip_prefix=BASELINE_PREFIX)
+            rec = a.best_transfer(run, skip_prefix=BASELINE_PREFIX, usable=self.usable(a, run))
             rec_id = rec["id"] if rec else None
             leader_of, dups = self._duplicates(a, sorted(r["id"] for r, _, _ in plottable if r["id"] in front_ids),
                                                rec_id)
@@ -248,7 +262,7 @@ class _App:
     def program(self, pid: str) -> dict:
         with _open(self.path) as a:
             rec = self._record(a, pid)
-            best = a.best_transfer(rec["run_id"])
+            best = a.best_transfer(rec["run_id"], usable=self.usable(a, rec["run_id"]))
             run = a.get_run(rec["run_id"]) or {}
         obj = rec.get("objectives") or {}
         worst = worst_regime(obj)
@@ -258,7 +272,7 @@ class _App:
         if (rec.get("evaluation") or {}).get("valid"):  # where it holds: the statement `show` prints
             try:
                 gt = self.ground_truth((run.get("config") or {}).get("data"))
-                rec["coverage"] = [list(ln.partition(": ")[::2]) for ln in coverage_lines(coverage(gt, obj))]
+                rec["coverage"] = [list(ln.partition(": ")[::2]) for ln in coverage_lines(coverage(gt, obj, rec))]
             except Exception as e:  # noqa: BLE001 - the run's data may be gone: said, not fatal
                 rec["coverage_error"] = f"the run's data cannot be read ({type(e).__name__}: {e})"
         rec["const_names"] = const_names(rec["source"])

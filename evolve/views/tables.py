@@ -82,7 +82,7 @@ def duplicate_groups(records: Sequence[Mapping], prefer: int | None = None) -> l
     return groups
 
 
-def frontier_table(archive, run: str | None = None, collapse: bool = True) -> list[dict]:
+def frontier_table(archive, run: str | None = None, collapse: bool = True, usable=None) -> list[dict]:
     """One plain dict per frontier program, sorted by complexity (then e2e_mean); `recommended`
     marks the program the run hands over (`Archive.best_transfer`: the worst held-out regime
     lowest among programs whose every constant the data pins down).
@@ -90,8 +90,9 @@ def frontier_table(archive, run: str | None = None, collapse: bool = True) -> li
     collapse: behavioural duplicates (`same_behaviour`: every stored objective but complexity and
     every per-stage prediction within 0.1% relative) become one row, the recommended or simplest
     program, with the others' ids in "duplicates"; False (`frontier --all`) keeps every program,
-    a collapsed one naming its row's id in "duplicate_of"."""
-    best = archive.best_transfer(run, skip_prefix=BASELINE_PREFIX)
+    a collapsed one naming its row's id in "duplicate_of". usable: as `Archive.best_transfer`'s
+    (the report passes the served-shapes check; `evolve frontier` loads no data and does not)."""
+    best = archive.best_transfer(run, skip_prefix=BASELINE_PREFIX, usable=usable)
     best_id = best["id"] if best is not None else None
     recs = search_frontier(archive, run)
     leader_of: dict[int, int] = {}
@@ -162,7 +163,8 @@ def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto front
     rec = next((r for r in rows if r.get("recommended")), None)
     if rec is not None:
         console.print(f"★ #{rec['id']} is recommended: its worst held-out regime is the lowest among programs "
-                      "whose every constant the data pins down")
+                      "whose every constant the data pins down (`evolve show`, the report and the UI also check "
+                      "the physical rules on the served models' shapes, which this command, loading no data, does not)")
 
 
 def identifiability_lines(ident: dict) -> list[str]:
@@ -187,9 +189,10 @@ def constant_units(source: str) -> dict[str, str]:
     return program_units(program)
 
 
-def show_program(archive, program_id: int, console, baseline_rows=None) -> dict | None:
+def show_program(archive, program_id: int, console, baseline_rows=None, usable=None) -> dict | None:
     """Print one program: source, fitted constants per model, errors per experiment-stage
-    (next to the baseline's, if given), step metrics, lineage and the Go cap check."""
+    (next to the baseline's, if given), step metrics, lineage and the Go cap check.
+    usable: `Archive.best_transfer`'s check of the served shapes (the caller holds the data)."""
     from rich.panel import Panel
     from rich.syntax import Syntax
     from rich.table import Table
@@ -206,12 +209,13 @@ def show_program(archive, program_id: int, console, baseline_rows=None) -> dict 
           if rec.get("complexity") is not None else "complexity unknown")
     console.print(Panel(f"{status}\n{cx}\nGo cap: " + ("fits" if cap is None else f"[red]exceeds ({cap})[/red]"),
                         title=head, expand=False))
-    best = archive.best_transfer(rec["run_id"])
+    best = archive.best_transfer(rec["run_id"], usable=usable)
     if best is not None and best["id"] == rec["id"]:
         regimes = ", ".join(f"{BY_NAME[k].label} {fmt_err(v)}" for k, v in (rec.get("objectives") or {}).items()
                             if k in REGIMES)
         console.print(f"[bold]★ recommended for run {rec['run_id']}[/bold]: the lowest worst held-out regime among "
-                      f"programs whose every constant the data pins down ({regimes})")
+                      f"programs whose every constant the data pins down"
+                      f"{' and whose physical rules hold on the served shapes' if usable else ''} ({regimes})")
     console.print(Syntax(rec["source"], "python", line_numbers=False))
     consts = ev.get("constants") or {}
     if consts:
