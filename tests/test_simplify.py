@@ -125,11 +125,11 @@ def test_emit_record_simplifies_with_the_global_constants(gt, probes):
     assert "//   complexity: 99\n" in raw.code and "// Program:    7\n" in raw.code
     vectors = {e.model: e.model_vec(gt.hardware) for e in gt.experiments}
     consts = {m: list(prog.initial_constants) for m in gt.models}
-    cov = coverage_lines(coverage(gt, rec["evaluation"]["objectives"]))  # where it holds, in the header
+    cov = coverage_lines(coverage(gt, rec["evaluation"]["objectives"], rec))  # where it holds, in the header
     same = emit_go(prog, consts, vectors, rec["evaluation"]["overheads"], program_id="7",
                    scores=rec["evaluation"]["objectives"], aliases=merge_aliases(gt, consts, None), coverage=cov)
     assert raw.code == same  # nothing but emit_go around the record's values
-    assert "//   Not validated for: " in raw.code
+    assert "//   Not validated for: " in raw.code and "//   Physical on served shapes: " in raw.code
 
 
 def test_emit_record_refusals(gt):

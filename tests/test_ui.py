@@ -203,7 +203,7 @@ def test_api_shapes(server, built):
     assert best["recommended"] and [r["key"] for r in best["regimes"]] == keys
     assert sum(r["worst"] for r in best["regimes"]) == 1
     heads = [h for h, _ in best["coverage"]]
-    assert heads == ["Fitted on", "Seen", "Held-out error per regime", "Not validated for"]
+    assert heads == ["Fitted on", "Seen", "Held-out error per regime", "Not validated for", "Physical on served shapes"]
 
     st, go = get(server, f"/api/program/{built['best']}/go")
     assert st == 200 and go["ok"] and "package latency" in go["code"] and go["models"]
