@@ -184,6 +184,8 @@ def hang_cases(h, tiny_spec: Path, tmp: Path, tally) -> None:
     sys.path.insert(0, str(HERE / "tests"))
     from openai_stub_server import StubServer
 
+    import litellm  # noqa: F401 - its import (seconds on a busy machine) is not the call's deadline
+
     from evolve.llm import LLMMutator, ParentInfo
     for mode in ("trickle", "stall"):
         with StubServer() as stub:
