@@ -77,8 +77,10 @@ def ray_cluster(num_cpus: int = 2):
         try:
             p.wait(60)
         except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):  # whatever of its session is left (one stayed once)
             os.killpg(p.pid, signal.SIGKILL)
-            p.wait(30)
+        p.wait(30)
 
 
 def content(db) -> dict:
