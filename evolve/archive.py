@@ -72,12 +72,12 @@ OBJECTIVE_COLUMNS = tuple(k for k in ORDER if k not in REGIMES_OPTIONAL)
 USABLE_CHECKS = 50  # best_transfer: candidates asked `usable` at most (grid predictions, ~0.1 s each)
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 STAGES = ("screen", "full")
-SCHEMA_VERSION = 5  # 4: pending_results (kept results of a killed run); 5: fingerprint, twin_of
+SCHEMA_VERSION = 5  # 4: pending_results (kept results of a killed run); 5: fingerprint, twin_of, recommended
 # columns added after version 1: (table, column, SQL type), added in place to an older archive
 ADDED_COLUMNS = (("evaluations", "lowo_e2e", "FLOAT"), ("evaluations", "lomo_e2e", "FLOAT"),
                  ("evaluations", "load_e2e", "FLOAT"), ("evaluations", "holdout", "JSON"),
                  ("evaluations", "identifiability", "JSON"), ("evaluations", "fingerprint", "JSON"),
-                 ("evaluations", "twin_of", "INTEGER"))
+                 ("evaluations", "twin_of", "INTEGER"), ("runs", "recommended", "INTEGER"))
 
 
 
@@ -98,6 +98,9 @@ class Run(Base):
     status: Mapped[str] = mapped_column(String, default="running")
     budget: Mapped[int | None] = mapped_column(Integer, nullable=True)
     n_evaluated: Mapped[int] = mapped_column(Integer, default=0)
+    # the program the run hands over, fixed when it finishes (`best_transfer(..., fresh=True)`
+    # with the served-shapes check), so that every view, `evolve frontier` included, names it
+    recommended: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class ProgramRow(Base):
@@ -510,6 +513,11 @@ class Archive:
             r = s.get(Run, run_id)
             return _run_record(r) if r is not None else None
 
+    def set_recommended(self, run_id: str, program_id: int | None) -> None:
+        """Fix the program the run hands over (see `best_transfer`)."""
+        with self._write() as s, s.begin():
+            s.execute(update(Run).where(Run.id == run_id).values(recommended=program_id))
+
     def work_counts(self, run_id: str) -> dict[str, int]:
         """How the run's counted proposals were spent: `full` evaluations, `screen`s that did
         not earn one, and `twins` (screens that earned one but behave like an earlier member,
@@ -761,7 +769,7 @@ class Archive:
         return self.program(pid) if pid is not None else None
 
     def best_transfer(self, run_id: str | None = None, skip_prefix: str | None = None,
-                      usable: Callable[[dict], bool] | None = None) -> dict | None:
+                      usable: Callable[[dict], bool] | None = None, fresh: bool = False) -> dict | None:
         """The program a user should take from a run: the lowest `selection_loss` (the worst of
         the held-out regime errors where they were scored) among full evaluations whose every
         constant the data pins down (`evaluator.identify`), else among all of them. A constant
@@ -770,7 +778,14 @@ class Archive:
         usable(record): with it, the first candidate in that order it accepts is taken (the
         physical rules hold on the shipped configs' shapes: `evaluator.served_shapes.usable_check`,
         which the callers holding the data pass; importing it here would load numba for `evolve
-        frontier`); asked lazily, best first, at most USABLE_CHECKS times; none accepted: the first."""
+        frontier`); asked lazily, best first, at most USABLE_CHECKS times; none accepted: the first.
+        A run that finished names its program (`set_recommended`): that one is returned, whoever
+        asks and with whatever check, unless `fresh` (the run itself, choosing it)."""
+        if run_id is not None and not fresh:
+            with self._read() as s, s.begin():
+                stored = s.scalar(select(Run.recommended).where(Run.id == run_id))
+            if stored is not None and (rec := self.program(stored)) is not None:
+                return rec
         q = (select(ProgramRow.id, ProgramRow.complexity, EvaluationRow.objectives, EvaluationRow.identifiability)
              .join(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
              .where(ProgramRow.valid.is_(True), EvaluationRow.valid.is_(True), EvaluationRow.stage == "full"))

@@ -250,7 +250,8 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
     fr = search.state.frontier
     from evaluator.served_shapes import usable_check
     # held-out errors first, every constant pinned, physical on the shipped configs' shapes
-    best = archive.best_transfer(search.run_id, usable=usable_check(search._gt))
+    best = archive.best_transfer(search.run_id, usable=usable_check(search._gt), fresh=True)
+    archive.set_recommended(search.run_id, best["id"] if best else None)  # every view names this one
     out["best"] = {"id": best["id"], **best["objectives"]} if best else None
     out["best_step_mape"] = _best_step_mape(fr)
     out["llm_spend_text"] = search.spend.text() if cfg.llm else None

@@ -122,3 +122,8 @@ def test_best_transfer_prefers_a_program_physical_on_the_served_shapes(embedded,
     # the report's frontier table (and the UI, which passes the same check) marks the same one
     rows = frontier_table(a, run, usable=usable)
     assert [r["id"] for r in rows if r["recommended"]] == [holding]
+    # once the run fixes its choice, every view names it, the check or not (`evolve frontier`)
+    a.set_recommended(run, a.best_transfer(run, usable=usable, fresh=True)["id"])
+    assert a.best_transfer(run)["id"] == holding
+    assert [r["id"] for r in frontier_table(a, run) if r["recommended"]] == [holding]
+    assert a.best_transfer(run, usable=lambda r: False, fresh=True)["id"] == violating  # fresh: chosen again

@@ -91,7 +91,8 @@ def frontier_table(archive, run: str | None = None, collapse: bool = True, usabl
     every per-stage prediction within 0.1% relative) become one row, the recommended or simplest
     program, with the others' ids in "duplicates"; False (`frontier --all`) keeps every program,
     a collapsed one naming its row's id in "duplicate_of". usable: as `Archive.best_transfer`'s
-    (the report passes the served-shapes check; `evolve frontier` loads no data and does not)."""
+    (the report passes the served-shapes check; `evolve frontier` loads no data and does not: for
+    a finished run both read the program the run fixed, `Archive.set_recommended`)."""
     best = archive.best_transfer(run, skip_prefix=BASELINE_PREFIX, usable=usable)
     best_id = best["id"] if best is not None else None
     recs = search_frontier(archive, run)
@@ -163,8 +164,9 @@ def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto front
     rec = next((r for r in rows if r.get("recommended")), None)
     if rec is not None:
         console.print(f"★ #{rec['id']} is recommended: its worst held-out regime is the lowest among programs "
-                      "whose every constant the data pins down (`evolve show`, the report and the UI also check "
-                      "the physical rules on the served models' shapes, which this command, loading no data, does not)")
+                      "whose every constant the data pins down and whose physical rules hold on the served "
+                      "models' shapes (fixed when its run finished; for a run that did not finish, this command, "
+                      "loading no data, skips the served-shapes check that `evolve show`, the report and the UI make)")
 
 
 def identifiability_lines(ident: dict) -> list[str]:
