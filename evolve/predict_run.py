@@ -55,7 +55,9 @@ def _load_program(args):
 
 
 def build(args):
-    """Everything `predict` needs from the flags; PredictError / DataError on bad input."""
+    """Everything `predict` needs from the flags; PredictError / DataError on bad input. The
+    program first: an unknown id or file is named before any complaint about the other flags."""
+    stored, data = _load_program(args)
     sources = [x for x in (args.rate, args.rates, args.trace, args.requests) if x is not None]
     if len(sources) > 1:
         raise PredictError("give one of --rate, --rates, --trace and --requests")
@@ -71,7 +73,6 @@ def build(args):
     for flag, v in (("--duration", args.duration), ("--timeout", args.timeout)):
         if v is not None and not (math.isfinite(v) and v > 0):
             raise PredictError(f"{flag} must be a positive number of seconds, not {v}")
-    stored, data = _load_program(args)
     gt = load(data)
     needs = not MEASURED_NAMES.isdisjoint(stored.program.params)
     trace = find_experiment(gt, args.trace) if args.trace else None

@@ -180,6 +180,9 @@ def test_archive_program_predicts_with_its_stored_constants(capsys, tmp_path, gt
     assert d["constants"]["values"] == [20000.0] and d["program"] == f"#{pid}"
     assert d["points"][0]["e2e"]["p50"] == pytest.approx(2.006, abs=1e-9)
     assert d["points"][0]["band"]["e2e"] == pytest.approx(0.05)  # in-sample error: the only one stored
+    # an unknown id is named first, before any complaint about the missing workload
+    rc, out, err = run_cli(capsys, str(pid + 1000), "--archive", str(path))
+    assert rc == 1 and f"no program {pid + 1000}" in err and len(err.strip().splitlines()) == 1
 
 
 def test_trace_of_a_measured_experiment_carries_its_measurements(gt, const_files):
