@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from evaluator.components import MEASURED_NAMES
+from evaluator.coverage import coverage, coverage_lines
 from evaluator.data import load
 from evaluator.errors import DataError
 from evaluator.failed_requests import DEFAULT_TIMEOUT_S
@@ -114,6 +115,8 @@ def cmd_predict(args) -> int:
         res = predict(stored, gt, dep, **kw)
     except (PredictError, DataError) as e:
         _fail(str(e))
+    # where the program holds, as `show` and the Go header say it: read before the table
+    res["coverage"] = coverage(gt, stored.objectives)
     if args.html:
         Path(args.html).write_text(predict_html(res))
     if args.json:
@@ -148,6 +151,8 @@ def render(res: dict, console=None) -> None:
               f"{dep['kv_blocks']} KV blocks of {dep['block_size']} ({dep['kv_source']}), {dep['hardware']}"
               + (f"; defaults: {', '.join(dep['defaults'])}" if dep["defaults"] else ""), markup=False)
     con.print("workload: " + ", ".join(f"{k} {v}" for k, v in wl.items() if v is not None), markup=False)
+    for line in coverage_lines(res.get("coverage") or {}):
+        con.print(f"coverage: {line}", markup=False)
     for w in res["warnings"] + [f"kernels: {n}" for n in dep["kernel_notes"]]:
         con.print(f"warning: {w}", markup=False)
     measured = any("measured" in p for p in res["points"])

@@ -178,6 +178,8 @@ def test_archive_program_predicts_with_its_stored_constants(capsys, tmp_path, gt
     assert rc == 0, err
     d = json.loads(out)
     assert d["constants"]["values"] == [20000.0] and d["program"] == f"#{pid}"
+    assert "codellama-34b" in d["coverage"]["fitted_on"]["models"]
+    assert "not_validated_for" in d["coverage"]  # where it holds, as show and the Go header say
     assert d["points"][0]["e2e"]["p50"] == pytest.approx(2.006, abs=1e-9)
     assert d["points"][0]["band"]["e2e"] == pytest.approx(0.05)  # in-sample error: the only one stored
     # an unknown id is named first, before any complaint about the missing workload
