@@ -27,8 +27,25 @@ from evaluator.simulator import (BREAKDOWN_PARTS, cache_stats_by_stage, outcomes
                                  time_breakdown_by_stage)
 from evaluator.step_scoring import predict_rows, step_metrics
 
+TAILS = (90, 99)  # SLOs are written on tails: per stage, E2E and TTFT at these percentiles too
+TAIL_KEYS = tuple(f"{k}_{m}_p{q}{u}" for m in ("e2e", "ttft") for q in TAILS
+                  for k, u in (("pred", "_s"), ("meas", "_s"), ("", "err")))
 LATENCY_KEYS = ("pred_e2e_s", "meas_e2e_s", "e2e_err", "pred_ttft_s", "meas_ttft_s", "ttft_err",
-                "pred_itl_s", "meas_itl_s", "itl_err")
+                "pred_itl_s", "meas_itl_s", "itl_err") + TAIL_KEYS
+
+
+def _tails(wl, sel: np.ndarray, e2e: np.ndarray, ttft: np.ndarray) -> dict:
+    """Predicted and measured E2E and TTFT percentiles (TAILS) over the stage's measured
+    successes, and their relative errors; None where the data has no per-request figures
+    (spec mode: the stage means only)."""
+    out = {}
+    for m, pred, meas in (("e2e", e2e, wl.measured_e2e_s), ("ttft", ttft, wl.measured_ttft_s)):
+        for q in TAILS:
+            p = float(np.percentile(pred[sel], q)) / 1e6
+            x = float(np.percentile(meas[sel], q)) if meas is not None else None
+            out.update({f"pred_{m}_p{q}_s": p, f"meas_{m}_p{q}_s": x,
+                        f"{m}_p{q}_err": abs(p - x) / x if x else None})
+    return out
 
 
 def invalid(why: str, t0: float, consts=None) -> Evaluation:
@@ -117,7 +134,8 @@ def _stage_rows(data: JudgeData, e, r, o: Overheads, mask: np.ndarray) -> list[S
             pitl = per_token_time(e2e[both], ttft[both], wl.gen_len[both]) / 1e6
             row.update({"pred_e2e_s": pe2e, "meas_e2e_s": me2e, "e2e_err": abs(pe2e - me2e) / me2e,
                         "pred_ttft_s": pttft, "meas_ttft_s": mttft, "ttft_err": abs(pttft - mttft) / mttft,
-                        "pred_itl_s": pitl, "meas_itl_s": mitl, "itl_err": abs(pitl - mitl) / mitl})
+                        "pred_itl_s": pitl, "meas_itl_s": mitl, "itl_err": abs(pitl - mitl) / mitl,
+                        **_tails(wl, sel, e2e, ttft)})
         else:  # mostly failed in the measurement: scored on its failure fraction alone
             row.update({k: None for k in LATENCY_KEYS})
         served = every & ~timed_out  # what the client's summary shows: the successes' TTFT

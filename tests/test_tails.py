@@ -1,0 +1,26 @@
+"""The judge scores the tails: per stage, E2E and TTFT at p90 and p99 next to the means."""
+import math
+
+import numpy as np
+
+from evaluator.program import parse_program
+from evaluator.scoring import TAILS
+from seeds import seed_sources
+
+
+def test_stage_rows_carry_the_tails_of_the_measured_successes(evaluator):
+    ev = evaluator.evaluate(parse_program(seed_sources()["roofline"]), refine=False)
+    assert ev.valid
+    scored = [r for r in ev.rows if r["e2e_err"] is not None]
+    assert scored
+    for r in scored:
+        e = next(x for x in evaluator.exps if x.id == r["experiment"])
+        wl = evaluator.wl[e.id]
+        sel = evaluator.part(e, "test") & (wl.stage == r["stage"]) & ~evaluator.failed[e.id]
+        for q in TAILS:
+            assert r[f"meas_e2e_p{q}_s"] == float(np.percentile(wl.measured_e2e_s[sel], q))
+            assert r[f"meas_ttft_p{q}_s"] == float(np.percentile(wl.measured_ttft_s[sel], q))
+            assert r[f"pred_e2e_p{q}_s"] >= r[f"pred_ttft_p{q}_s"] > 0
+            err = abs(r[f"pred_e2e_p{q}_s"] - r[f"meas_e2e_p{q}_s"]) / r[f"meas_e2e_p{q}_s"]
+            assert math.isclose(r[f"e2e_p{q}_err"], err)
+        assert r["pred_e2e_p99_s"] >= r["pred_e2e_p90_s"] and r["meas_e2e_p99_s"] >= r["meas_e2e_p90_s"]
