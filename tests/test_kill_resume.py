@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from ray_nodes import CLUSTER_ENV, free_port, start_head
 from run_counts import run_counts
 
 BUDGET = 9  # the 7 seeds and one generation of 2, killed in that generation
@@ -35,9 +35,6 @@ _REFERENCE: dict[bool, list] = {}
 
 
 ROOT = Path(__file__).resolve().parents[1]
-RAY_CLI = str(Path(sys.executable).parent / "ray")
-# `ray start --head` turns token authentication on; every client of that cluster sends the token
-CLUSTER_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def _cmd(db, holdout: bool, *extra, address: str | None = None, budget: int = BUDGET) -> list[str]:
@@ -55,22 +52,9 @@ def ray_cluster(num_cpus: int = 2):
     """A one-node Ray cluster on 127.0.0.1 (`ray start --head --block` in its own session, so
     ending that process stops this cluster's processes and no other Ray instance); yields its
     address. Two CPUs: a killed driver's actor may hold one until Ray sees its owner gone."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, **CLUSTER_ENV}
-    p = subprocess.Popen([RAY_CLI, "start", "--head", f"--port={port}", "--include-dashboard=false", "--block",
-                          "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}", "--disable-usage-stats"],
-                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    port = free_port()
+    p = start_head(port, {**os.environ, **CLUSTER_ENV}, num_cpus)
     try:
-        t0 = time.monotonic()
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() - t0 < 180 and p.poll() is None, "the Ray head node did not start"
-                time.sleep(0.5)
         yield f"127.0.0.1:{port}"
     finally:
         p.terminate()

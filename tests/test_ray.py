@@ -8,7 +8,6 @@ a killed driver, and `evolve run --executor ray --ray-address` end to end, kille
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -25,13 +24,11 @@ from evaluator.program import parse_program  # noqa: E402
 from evolve.cli import main  # noqa: E402
 from evolve.ray_pool import RayExecutorError, RayPool  # noqa: E402
 from evolve.workers import Job  # noqa: E402
+from ray_nodes import CLUSTER_ENV, RAY_CLI, free_port, start_head  # noqa: E402
 from run_counts import run_counts  # noqa: E402
 from seeds import seed_sources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-RAY_CLI = str(Path(sys.executable).parent / "ray")
-# `ray start --head` turns token authentication on; every client of that cluster sends the token
-CLUSTER_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def _alive(pid: int) -> bool:
@@ -102,12 +99,6 @@ def test_runaway_candidate_is_force_killed(local_pool):
 
 # ------------------------------------------------------------------ two nodes with `ray start`
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _active_nodes(address: str, env: dict) -> int:
     r = subprocess.run([RAY_CLI, "status", f"--address={address}"], env=env, capture_output=True, text=True,
                        timeout=120)
@@ -121,20 +112,12 @@ def two_nodes():
     ending those two processes stops each node's Ray processes (`ray stop` would also end any
     other Ray instance of this machine, a test worker's included)."""
     env = {**os.environ, **CLUSTER_ENV}
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     common = ["--block", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
-    procs = [subprocess.Popen([RAY_CLI, "start", "--head", f"--port={port}", "--include-dashboard=false", *common],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
+    t0 = time.monotonic()
+    procs = [start_head(port, env, num_cpus=1)]
     try:
-        t0 = time.monotonic()
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() - t0 < 180 and procs[0].poll() is None, "the head node did not start"
-                time.sleep(0.5)
         procs.append(subprocess.Popen([RAY_CLI, "start", f"--address={address}", *common], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         while _active_nodes(address, env) < 2:
@@ -227,7 +210,7 @@ def test_evolve_run_on_the_cluster_killed_and_resumed(two_nodes, tmp_path):
 
 def test_unreachable_cluster_is_one_clear_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "evolve.cli", "run", "--budget", "8", "--executor", "ray",
-                        "--ray-address", f"127.0.0.1:{_free_port()}", "--archive", str(tmp_path / "x.db")],
+                        "--ray-address", f"127.0.0.1:{free_port()}", "--archive", str(tmp_path / "x.db")],
                        capture_output=True, text=True, timeout=300, cwd=ROOT,
                        env={**os.environ, **CLUSTER_ENV})
     assert r.returncode != 0
