@@ -76,7 +76,7 @@ class Evaluator(JudgeData):
             consts, run, more = fit_program.refine(self, program, f, consts, run, measured, spread)
             n_steps += more
         ev = scoring.score(self, f, consts, run, overheads)
-        if ev.valid:
+        if ev.valid and self.split is None:  # a split view's would be dropped by join_splits
             ev = replace(ev, fingerprint=fingerprint(self, f, surrogate))
         if ev.valid and fit and constants is None and self.diagnostics:
             ev = replace(ev, identifiability=fit_program.identifiability(self, program, consts,
