@@ -144,6 +144,11 @@ LATE_ROWS: tuple[Row, ...] = (
         "decode attention costs when the slowest request sets the step (one unit of work per request)"),
     Row("ctx_max", "ctx_max", "tokens of context held by the longest decoding request after this step "
                               "(K / n_decode where the batch's spread is unknown: real step rows)"),
+    Row("t_decode_spread",
+        "(n_decode * ctx_max - K) * 2.0 * L * nkv * hd * 2.0 / tp / bw * us if n_decode * ctx_max > K else 0.0",
+        "decode attention's wait on the longest context (us): the KV read of every decoding request "
+        "at the longest one's context beyond the KV actually held, at HBM bandwidth; 0 without spread "
+        "(real step rows). Added to a step built on the mean context (t_decode_kv, t_step_measured)"),
 )
 
 

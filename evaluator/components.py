@@ -31,6 +31,11 @@ Definitions (times in microseconds, bf16 = 2 bytes):
                        (codellama-34b TP2) and 2.5 ms (llama-2-70b TP4) more per step of 128
                        decodes than the same batch at the mean (DESIGN 3b); the peak-speed
                        difference t_decode_kv_max - t_decode_kv is 2.7 and 2.3 ms there.
+  t_decode_spread      max(n_decode * ctx_max - K, 0) * 2 * L * nkv*hd * 2 bytes / TP / hbm_bw:
+                       what t_decode_kv_max adds to the KV actually held, never negative (the KV
+                       of prefilling requests counts in K, not in n_decode * ctx_max); 0 without
+                       spread. A step built on the mean context plus this term never gets cheaper
+                       as the spread widens (seed measured_spread).
   measured (appended)  t_gemm_measured .. t_step_measured: the same step from vLLM's measured
                        kernels (evaluator.measured, docs/kernels.md); they read the model
                        vector's tail (the kernel tables), NaN when the model has none.
@@ -67,7 +72,7 @@ COMPONENT_INDEX = {name: i for i, name in enumerate(COMPONENTS)}
 COMPONENT_DOCS = {row.name: row.doc for row in _ROWS}
 MEASURED_NAMES: frozenset[str] = frozenset(row.name for b in BLOCKS for row in b.rows)
 # the components that read the longest decoding context (the simulator then computes every step)
-SPREAD_NAMES: frozenset[str] = frozenset({"t_decode_kv_max", "ctx_max"})
+SPREAD_NAMES: frozenset[str] = frozenset({"t_decode_kv_max", "ctx_max", "t_decode_spread"})
 
 # Layout of the per-model hardware+architecture vector consumed by fill_components.
 MODEL_FIELDS: tuple[str, ...] = TABLE_MODEL_FIELDS

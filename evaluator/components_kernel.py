@@ -63,6 +63,10 @@ def fill_components(model, P, D, n_prefill, n_decode, B, K, ctx_max, out):
     out[14] = tp
     out[21] = n_decode * ctx_max * 2.0 * L * nkv * hd * 2.0 / tp / bw * us
     out[22] = ctx_max
+    if n_decode * ctx_max > K:
+        out[23] = (n_decode * ctx_max - K) * 2.0 * L * nkv * hd * 2.0 / tp / bw * us
+    else:
+        out[23] = 0.0
     if model.shape[0] > 13:
         fill_measured(model[13:], P, D, n_prefill, n_decode, B, K, out[15:21])
     else:

@@ -89,6 +89,23 @@ def test_longest_context_term_has_the_order_of_the_h100_measurement(arch, tp, me
     assert spread["t_decode_kv_max"] == pytest.approx(n * hi * per_tok / DEFAULT_HW["hbm_bw"] * 1e6, rel=1e-9)
 
 
+def test_spread_wait_is_the_longest_context_excess_and_never_negative():
+    """t_decode_spread is what t_decode_kv_max adds to the KV held: the same difference on a
+    decode-only batch, 0 at the mean context, and 0 (not negative) when prefilling requests'
+    KV makes K exceed n_decode * ctx_max, so mean-context step + spread never falls as the
+    spread widens."""
+    arch, tp, n = CODELLAMA_TP2, 2, 128
+    K = n * 1805.0
+    spread = comps(arch, tp, 0.0, n, 0.0, n, n, K, ctx_max=2530)
+    assert spread["t_decode_spread"] == pytest.approx(spread["t_decode_kv_max"] - spread["t_decode_kv"], rel=1e-12)
+    assert spread["t_decode_spread"] > 0
+    assert comps(arch, tp, 0.0, n, 0.0, n, n, K)["t_decode_spread"] == 0.0
+    mixed = comps(arch, tp, 1024.0, 8, 1.0, 8, 9, 1024.0 + 8 * 600, ctx_max=650)  # a long prefill beside 8 decodes
+    assert mixed["t_decode_kv_max"] < mixed["t_decode_kv"] and mixed["t_decode_spread"] == 0.0
+    wider = [comps(arch, tp, 0.0, n, 0.0, n, n, K, ctx_max=c)["t_decode_spread"] for c in (1805, 2000, 2300, 2530)]
+    assert wider == sorted(wider)
+
+
 def test_the_numba_kernel_is_the_generated_one():
     assert KERNEL_PATH.read_text() == kernel_source(), "stale: run python -m evaluator.component_table"
     assert fill_components.__module__ == "evaluator.components_kernel"
@@ -99,7 +116,7 @@ def test_public_names_come_from_the_table():
     # the measured components come after the peak-speed ones: archived programs keep their indices
     late = tuple(r.name for r in table.LATE_ROWS)  # appended after them for the same reason
     assert COMPONENTS == tuple(r.name for r in table.COMPONENT_ROWS) + measured + late
-    assert late == ("t_decode_kv_max", "ctx_max")
+    assert late == ("t_decode_kv_max", "ctx_max", "t_decode_spread")
     assert measured[-1] == "t_step_measured" and COMPONENTS.index("t_gemm_measured") == 15
     assert list(COMPONENT_DOCS) == list(COMPONENTS) and all(COMPONENT_DOCS.values())
     assert MODEL_FIELDS == table.MODEL_FIELDS

@@ -359,7 +359,7 @@ def test_single_program_parity_legacy5(vectors, batches):
 LEAVES = ("t_prefill_gemm", "t_prefill_attn", "t_decode_gemm", "t_decode_kv", "t_weights", "t_allreduce",
           "t_lm_head", "P", "D", "B", "K", "n_prefill", "n_decode", "layers", "tp", "t_gemm_measured",
           "t_decode_attn_measured", "t_prefill_attn_measured", "t_allreduce_measured", "t_moe_measured",
-          "t_step_measured", "t_decode_kv_max", "ctx_max")
+          "t_step_measured", "t_decode_kv_max", "ctx_max", "t_decode_spread")
 assert set(LEAVES) == set(COMPONENTS)
 
 _LITERALS = [0, 1, 2, 0.5, 1.5, 10.0, 100.0, 1e-3, 16, 4096.0, 0.0]
