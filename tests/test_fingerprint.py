@@ -85,3 +85,47 @@ def test_the_search_records_a_twin_and_skips_its_full_evaluation(tmp_path):
     assert got[SAME.strip()] == ("screen", seed_id)  # recorded, counted, its full evaluation skipped
     counts = arch.work_counts(run_id)
     assert counts["twins"] == 1 and counts["full"] >= len(seed_sources())
+
+
+def test_a_simpler_twin_is_no_twin():
+    """A candidate that behaves like a member but is simpler keeps its way to the frontier (it
+    would dominate the member on complexity): only a member no more complex makes it a twin."""
+    from evolve.search import Member, SearchState
+    fp = (100.0, 200.0, 300.0)
+    st = SearchState()
+    st.add(Member(7, parse_program(ROOFLINE), {"e2e_mean": 0.1, "e2e_worst": 0.2, "ttft_mean": 0.1,
+                                               "itl_mean": 0.1, "complexity": 10.0}, 0, fp))
+    assert st.twin_of(fp, 10.0) == 7 and st.twin_of(fp, 12.0) == 7
+    assert st.twin_of(fp, 9.0) is None
+    assert st.twin_of(tuple(x * 1.01 for x in fp), 12.0) is None
+
+
+def test_twin_of_matches_twins_on_every_member():
+    """SearchState.twin_of compares a print with all members at once; it names the member the
+    pairwise `twins` would, as members arrive (prints near the tolerance, None values, other
+    lengths, empty prints, complexities on either side)."""
+    import random
+    from evolve.search import Member, SearchState
+    rnd = random.Random(3)
+    base = [rnd.uniform(10.0, 1e5) for _ in range(40)]
+    prog = parse_program(ROOFLINE)
+
+    def near(scale):
+        return tuple(x * (1 + rnd.choice((-1, 1)) * rnd.uniform(0, scale)) for x in base)
+
+    def reference(members, fp, cx):
+        return next((m.id for m in members if m.objectives["complexity"] <= cx and twins(fp, m.fingerprint)), None)
+
+    st = SearchState()
+    objs = {"e2e_mean": 0.1, "e2e_worst": 0.2, "ttft_mean": 0.1, "itl_mean": 0.1}
+    found = 0
+    for k in range(120):
+        kind = rnd.random()
+        fp = (near(TWIN_TOL * 0.4) if kind < 0.4 else near(TWIN_TOL * 0.7) if kind < 0.6 else near(0.5) if kind < 0.8 else
+              () if kind < 0.85 else near(0)[:30] if kind < 0.9 else near(0)[:5] + (None,) + near(0)[6:])
+        cx = float(rnd.randint(5, 15))
+        got = st.twin_of(fp, cx)
+        assert got == reference(st.members, fp, cx), k
+        found += got is not None
+        st.members.append(Member(k, prog, {**objs, "complexity": cx}, 0, fp))  # as add() appends
+    assert found > 20
