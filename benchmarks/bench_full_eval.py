@@ -84,6 +84,37 @@ program; this VM is often 20-40% slower for minutes at a time (1.2-1.7 s measure
 Left: ~1.1 s of the split jobs is 56 replays (vLLM's block pool is most of it: every prompt
 block of every request is looked up, referenced and released), ~0.7 s the fit (scipy's SVD
 of a Jacobian whose rows are mostly inactive hinges is ~0.19 s of it).
+
+Issue 31 ("fast by default"), 2026-11-26, embedded default (`load(None)`; this script's --data
+defaults to ../shared/data, the figures above), cProfile of one screen (`evaluate(p,
+refine=False)`) and of one full job's 9 split jobs in one process, warm, CPU seconds, load
+average 2-3.3 (another engineer's run beside it):
+                        screen   of it _simulate   9 split jobs   _simulate (76 replays)   fit   SVD
+  measured_per_layer    0.37     0.31 (16 replays)   1.41           1.22                   0.07  -
+  linear_physics        0.53     0.27                1.80           1.10                   0.55  0.09
+  ten_constants         0.44     0.27                1.89           1.09                   0.64  0.14
+The replay (one numba function: block pool and scheduler) is 60-85% of every screen and full job;
+scipy's SVD is 5-7% of a full job. What this script does not time (its warm-up compiles each
+program first) is a candidate's compilation: `Program.compiled()` ~0.09 s and
+`compiled_gradient` ~0.13-0.15 s CPU per program and worker (12 fresh 9-constant programs,
+/tmp scripts, load 5-9), 60% of it numba's lowering (array getitem typed again per element,
+TargetConfig hashing in every overload lookup), 25% its type inference; LLVM's optimiser is
+not the cost (NUMBA_OPT=0 or optnone: no faster). A 2,000-proposal run compiles ~2,000 screens'
+programs plus ~360 full jobs' on the second worker: ~2,400 x 0.23 s ~ 9 min of CPU, the largest
+cost after the replay, and it grows with nothing this script measures.
+Screen-level twins (skip the replay of a screened candidate whose surrogate-fit fingerprint
+matches an earlier member no simpler than it), decided on a recorded `evolve run --budget 2000`
+(embedded, held-out, 2 workers; /tmp/mj/archive.db, 40 min wall at load ~2-4): 249 of its 1,639
+screens were such twins of a member written before them (49 more were simpler than their
+member). At ~0.27-0.31 s of replay each that is <=75 CPU s of the run's ~1,800 (<=4%, less in
+practice: a twin is only known early if its member was written before the candidate's fit), for
+a second round trip per screen (or every member's print shipped with each job) and twin records
+without in-sample objectives. Not done. Done instead (55f96fa): a twin must be no simpler than
+its member (18 of the run's 118 recorded twins were simpler and so never reached the frontier
+they would have entered), and the twin lookup compares with all members at once (16 ms -> 2 ms a
+call with 361 members, load ~9). Measured and not kept: the driver's 2 ms poll of its workers
+replaced by a blocking wait on their pipes (`evolve run --budget 48`, the same archive, driver
+CPU 3.2 -> 2.9 s of 156-170 s wall, workers 90-93 s: not worth an edit in evolve/workers.py).
 """
 from __future__ import annotations
 
