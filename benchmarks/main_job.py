@@ -8,6 +8,25 @@ process tree (the driver, its workers, a local Ray cluster's processes): RSS sum
 pages forked workers share once per process: an upper bound) and PSS summed (shares them out:
 what the tree really holds), from /proc. Prints the load average before and after, since this
 machine's timings move with whatever else runs. Asserts nothing.
+
+Figures (issue 31 item 4, memory; 2-core machine shared with other jobs, so wall times here
+say little: load averages 1/5/15 min from `uptime` before the run, then after):
+
+  command                                         peak PSS  peak RSS  load before -> after
+  before (each worker simulated and held its own reference and split states, ~250 MB;
+  recycled at 300 programs):
+  main_job.py --budget 80 --json                  1397 MB   1733 MB   0.23 0.68 1.41 -> 4.17 2.06 1.82
+  main_job.py --budget 200 --json                 1479 MB   1878 MB   2.11 1.86 1.77 -> 10.6 9.4 6.0
+  after (a helper process makes the states once and hands on only what the fits read,
+  ~50 MB pickled, through an unlinked file; workers hold no recorded states; recycled at
+  100 programs, each keeping 1-2 MB of compiled code):
+  main_job.py --budget 80 --json                  784 MB    1187 MB   8.5 9.0 6.0 -> 9.3 9.3 6.9
+  main_job.py --budget 200 --json                 865 MB    1269 MB   7.0 8.6 6.9 -> 9.1 9.8 8.7
+
+The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
+until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
+own states was ~640 MB RSS once ready, one that adopts them ~340 MB. The archives of the
+before and after runs of --budget 200 are identical but for seconds and timestamps.
 """
 from __future__ import annotations
 

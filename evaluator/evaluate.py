@@ -117,12 +117,12 @@ class Evaluator(JudgeData):
         return judge_states.split_reference(self, lowest_stage)
 
     def shared_states(self, heldout: bool) -> dict:
-        """The states a run computes once and hands to every worker (`judge_states`)."""
-        return judge_states.shared_states(self, heldout)
+        """What a run computes once and hands to every worker (`holdout_views.shared_states`)."""
+        return holdout_views.shared_states(self, heldout)
 
     def adopt_states(self, shared: dict) -> None:
         """Take states made by `shared_states` on an evaluator of the same ground truth."""
-        judge_states.adopt_states(self, shared)
+        holdout_views.adopt_states(self, shared)
 
     def grids(self) -> dict[str, np.ndarray]:
         """Extrapolation grid per model, made once (`judge_states.grids`)."""

@@ -13,11 +13,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from evaluator.branches import MAX_ROWS as MAX_BRANCH_ROWS, conditionals, unsupported_branches
-from evaluator.fitting import states_to_components, subsample
+from evaluator.branches import conditionals, unsupported_branches
 from evaluator.holdout import KINDS, Split, reuses_main_overheads, split_by_label, split_evaluation, splits_of
 from evaluator.judge_data import JudgeData
-from evaluator.judge_states import constraints, reference_stage_states, reference_states, split_reference
+from evaluator.judge_states import (branch_states, fit_caches, prepare, reference_stage_states, reference_states,
+                                    released, split_reference, take_caches)
 from evaluator.records import Evaluation
 
 
@@ -41,16 +41,42 @@ def for_split(judge: JudgeData, split: Split, simulate_fit: bool = True):
 
 def prepare_heldout(judge: JudgeData) -> None:
     """Make every held-out split's view, with what its fits read (reference and stage
-    states, probes, constraints), now: a worker does this as it starts, so the first full
+    states, probes, constraints, branch states: `judge_states.prepare`), now: a worker does
+    this as it starts (finding it made where it adopted shared states), so the first full
     jobs do not pay it inside their time limit and the split jobs' seconds (which order
     them, `evolve.workers.Executor`) measure the candidate. Views as a run uses them
     (`reuses_main_overheads`)."""
     for split in (s for kind in KINDS for s in splits_of(judge.all_exps, kind)):
-        view = for_split(judge, split, simulate_fit=not reuses_main_overheads(split))
-        for key, exps in view.groups().items():
-            for e in exps:
-                reference_stage_states(view, e)
-            constraints(view, key, exps)
+        prepare(for_split(judge, split, simulate_fit=not reuses_main_overheads(split)))
+
+
+def shared_states(judge: JudgeData, heldout: bool) -> dict:
+    """Everything a worker would otherwise recompute from the ground truth, made once: what
+    the evaluator's fits read of its reference states (`judge_states.prepare`) and, with
+    `heldout`, what every held-out view of a run reads (`prepare_heldout`), with the states
+    themselves `judge_states.Released` to their step counts. An executor computes them once
+    per run and hands them to every worker (`adopt_states`). `judge` keeps its states."""
+    prepare(judge)
+    out = {"reference": released(reference_states(judge)), "caches": {None: fit_caches(judge)}}
+    if heldout:
+        prepare_heldout(judge)
+        out["split"] = {key: released(split_reference(judge, key == "lowest")) for key in ("all", "lowest")}
+        out["caches"].update({key: fit_caches(view) for key, view in judge._splits.items()})
+    return out
+
+
+def adopt_states(judge: JudgeData, shared: dict) -> None:
+    """Take what `shared_states` made on an evaluator of the same ground truth and train
+    fraction: the released states, the evaluator's fitting caches, and its held-out views
+    with theirs. Views other than those can no longer be made (their states are released)."""
+    judge._reference = shared["reference"]
+    judge._split_refs.update(shared.get("split", {}))
+    judge._splits = {}
+    caches = shared.get("caches", {})
+    take_caches(judge, caches.get(None, {}))
+    for key, got in caches.items():
+        if key is not None:
+            take_caches(for_split(judge, split_by_label(judge.all_exps, key[0]), simulate_fit=key[1]), got)
 
 
 def evaluate_split(judge: JudgeData, program, label: str, main_overheads: dict | None = None) -> Evaluation:
@@ -79,10 +105,9 @@ def extrapolating_branches(view: JudgeData, program, constants: dict) -> list[st
         rows = view.step_rows[model]
         if c is not None:
             fitted.append((rows.X[rows.has_target], c))
-    ref = reference_states(view)
     for e in view.report_exps:
         c = view.consts_for(e, consts)
-        st = ref.get(e.id)
-        if c is not None and st is not None and len(st):
-            held.append((states_to_components(st[subsample(len(st), MAX_BRANCH_ROWS)], view.mv[e.id]), c))
+        X = branch_states(view, e)
+        if c is not None and len(X):
+            held.append((X, c))
     return unsupported_branches(program, fitted, held)

@@ -58,6 +58,7 @@ class JudgeData:
         self._grids: dict[str, np.ndarray] | None = None  # judge_states.grids
         self._splits: dict[tuple, JudgeData] = {}  # held-out views of this evaluator, made once
         self._split_refs: dict[str, dict[str, np.ndarray]] = {}  # their reference states
+        self._stage_memo: dict[tuple, tuple] = {}  # judge_states.reference_stage_states, shared by views
         if holdout is not None and not isinstance(holdout, Split):
             holdout = make_split(self.all_exps, *holdout)
         self.set_split(holdout, global_fit)
@@ -77,6 +78,7 @@ class JudgeData:
         self._probe_cache: dict[str, np.ndarray] = {}
         self._ref_states_cache: dict[str, list[StageStates]] = {}
         self._cons_cache: dict[str, physics.Constraints] = {}
+        self._branch_cache: dict[str, np.ndarray] = {}  # judge_states.branch_states
 
     # -------------------------------------------------------------- which requests train
     def _train_mask(self, e) -> np.ndarray:

@@ -6,6 +6,12 @@ own simulation (docs/architecture.md, fact 6): `reference_states` for the evalua
 From states, `stage_states` makes the per-stage fitting targets, `probes` the rows the physical
 rules are checked on (with `edge_states` and the real step rows) and `constraints` stacks those
 with each served model's extrapolation grid. Each is made once per view and cached on it.
+
+The recorded states themselves are large (a row per simulated step: ~70 MB in-sample and
+~110 MB for the held-out splits on the embedded data) while what the fits read of them is
+small (subsamples of a few thousand rows per experiment). `shared_states` makes every view's
+readings once and hands on those, with the states `Released` to their step counts
+(`holdout_views.shared_states`): a worker that adopts them never holds the states.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import math
 import numpy as np
 
 from evaluator import physics
+from evaluator.branches import MAX_ROWS as MAX_BRANCH_ROWS
 from evaluator.components import COMPONENT_INDEX
 from evaluator.fitting import MAX_STATES_PER_STAGE, StageStates, fit_constants, states_to_components, subsample
 from evaluator.holdout import make_split
@@ -78,9 +85,16 @@ def stage_states(data: JudgeData, e, states: np.ndarray) -> list[StageStates]:
 
 def reference_stage_states(data: JudgeData, e) -> list[StageStates]:
     """`stage_states` of the reference states, made once per experiment (every surrogate
-    fit and identifiability report reads them)."""
+    fit and identifiability report reads them). Views that fit `e` on the same states and
+    stages share one list (`JudgeData._stage_memo`: the held-out views of a run hold ~30 MB
+    fewer copies, and a pickle of their caches keeps the sharing)."""
     if e.id not in data._ref_states_cache:
-        data._ref_states_cache[e.id] = stage_states(data, e, reference_states(data)[e.id])
+        ref = reference_states(data)
+        key = (id(ref), e.id, None if data.split is None else tuple(sorted(data.split.fit.get(e.id, ()))))
+        got = data._stage_memo.get(key)
+        if got is None or got[0] is not ref:  # (the states it was made from, the list)
+            got = data._stage_memo[key] = (ref, stage_states(data, e, ref[e.id]))
+        data._ref_states_cache[e.id] = got[1]
     return data._ref_states_cache[e.id]
 
 
@@ -119,7 +133,7 @@ def calibrated_states(data: JudgeData, groups: dict[str, list], key_of: dict[str
             c = consts.get(key_of.get(e.id), np.mean(list(consts.values()), axis=0))
             r = simulate_one(data, f, c, e, record=True, measured=False, timeouts=data.has_failures)
             if r.ok or rnd == 0:  # keep the earlier round's states if the refit misbehaves
-                states[e.id] = r.states
+                states[e.id] = r.states.copy()  # exactly its steps: not the recording's grown buffer
         if rnd == 2:
             break
         for key, exps in groups.items():
@@ -129,21 +143,64 @@ def calibrated_states(data: JudgeData, groups: dict[str, list], key_of: dict[str
     return states
 
 
-def shared_states(data: JudgeData, heldout: bool) -> dict:
-    """Everything a worker would otherwise recompute from the ground truth: the reference
-    states, and with `heldout` the held-out splits' reference states. A distributed
-    executor computes them once per run and hands them to every worker (`adopt_states`)."""
-    out = {"reference": reference_states(data)}
-    if heldout:
-        out["split"] = {key: split_reference(data, key == "lowest") for key in ("all", "lowest")}
+class Released:
+    """What a view keeps of one experiment's reference states once everything its fits and
+    checks read of them is made (`prepare`): the step count, the runaway limit of
+    `replay.simulate_one`. The rows are gone; reading one raises (TypeError)."""
+    __slots__ = ("n_steps",)
+
+    def __init__(self, n_steps: int):
+        self.n_steps = int(n_steps)
+
+    def __len__(self) -> int:
+        return self.n_steps
+
+    def __reduce__(self):
+        return Released, (self.n_steps,)
+
+    def __repr__(self) -> str:
+        return f"Released({self.n_steps})"
+
+
+FIT_CACHES = ("_ref_states_cache", "_probe_cache", "_cons_cache", "_branch_cache")  # what `prepare` fills
+
+
+def prepare(data: JudgeData) -> None:
+    """Make everything this view reads of its reference states: each fitted experiment's
+    fitting targets, each fitting group's probes and constraints, and (a held-out view) its
+    reported experiments' branch states."""
+    for key, exps in data.groups().items():
+        for e in exps:
+            reference_stage_states(data, e)
+        constraints(data, key, exps)
+    if data.split is not None:
+        for e in data.report_exps:
+            branch_states(data, e)
+
+
+def released(states: dict) -> dict:
+    """`states` with every array `Released` to its step count (a new dict)."""
+    return {k: Released(len(v)) for k, v in states.items()}
+
+
+def fit_caches(view: JudgeData) -> dict:
+    """What `prepare` made on a view, by cache (to hand to another process). A group's probe
+    rows are the head of its constraints' rows: they go as their count alone."""
+    out = {name: dict(getattr(view, name)) for name in FIT_CACHES}
+    for key, P in out["_probe_cache"].items():
+        cons = out["_cons_cache"].get(key)
+        if cons is not None and len(P) and np.array_equal(cons.X[:len(P)], P):
+            out["_probe_cache"][key] = len(P)
     return out
 
 
-def adopt_states(data: JudgeData, shared: dict) -> None:
-    """Take states made by `shared_states` on an evaluator of the same ground truth."""
-    data._reference = shared["reference"]
-    data._ref_states_cache = {}
-    data._split_refs.update(shared.get("split", {}))
+def take_caches(view: JudgeData, caches: dict) -> None:
+    """Set a view's fitting caches to ones `fit_caches` gave (made from the same states)."""
+    for name in FIT_CACHES:
+        setattr(view, name, dict(caches.get(name, {})))
+    for key, P in view._probe_cache.items():
+        if isinstance(P, int):
+            view._probe_cache[key] = view._cons_cache[key].X[:P]
 
 
 # -------------------------------------------------------------- probes and constraints
@@ -170,6 +227,19 @@ def probe(data: JudgeData, key, exps) -> np.ndarray:
     if key not in data._probe_cache:
         data._probe_cache[key] = probes(data, exps)
     return data._probe_cache[key]
+
+
+def branch_states(data: JudgeData, e) -> np.ndarray:
+    """Components of a subsample of experiment `e`'s reference states, where a held-out view
+    looks for conditionals its fitted states never switched (`holdout_views.extrapolating_branches`);
+    made once per view. Empty if the view has no states of `e`."""
+    if e.id not in data._branch_cache:
+        st = reference_states(data).get(e.id)
+        X = np.zeros((0, 0))
+        if st is not None and len(st):
+            X = states_to_components(st[subsample(len(st), MAX_BRANCH_ROWS)], data.mv[e.id])
+        data._branch_cache[e.id] = X
+    return data._branch_cache[e.id]
 
 
 def grids(data: JudgeData) -> dict[str, np.ndarray]:

@@ -18,6 +18,7 @@ the executor and the number of workers.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import pickle
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from evaluator.data import load
 from evaluator.evaluate import Evaluator
 from evaluator.records import Evaluation
-from evolve.workers import Executor, Job, job_message, run_job
+from evolve.workers import RECYCLE, Executor, Job, job_message, run_job
 
 
 class RayExecutorError(RuntimeError):
@@ -41,7 +42,8 @@ class _RayWorker:
 
     def __init__(self, gt, shared: dict, train_fraction: float):
         self.ev = Evaluator(gt, train_fraction=train_fraction)
-        self.ev.adopt_states(shared)
+        # the object store hands out read-only arrays, which the compiled fits do not take: copies
+        self.ev.adopt_states(copy.deepcopy(shared))
         if "split" in shared:  # a run with held-out objectives: its split jobs' views, made now
             self.ev.prepare_heldout()
 
@@ -75,7 +77,7 @@ class _Slot:
 class RayPool(Executor):
     """Evaluate jobs on `workers` Ray actors, on a cluster at `address` or a local one."""
 
-    def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=300, heldout=False,
+    def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=RECYCLE, heldout=False,
                  address: str | None = None, splits=()):
         super().__init__(timeout_s, heldout, splits)
         if address:

@@ -3,7 +3,13 @@
 A compiled numba loop cannot be interrupted by a signal (docs/architecture.md, fact 8), so every
 candidate runs in a separate process that the parent kills when the wall-clock limit passes
 (HELDOUT_TIMEOUT_FACTOR times longer for a full job that also scores the held-out splits).
-Workers are recycled every `recycle` programs compiled because each keeps ~1 MiB.
+Workers are recycled every `recycle` programs compiled (RECYCLE: 100) because each keeps
+1-2 MiB (numba's compiled code is never freed).
+
+The reference states every worker's fits read are made once per pool, by a helper process
+(`_states_main`: `Evaluator.shared_states`, which keeps what the fits read and releases the
+states), and written to a file each worker (and each recycled one) loads: no worker simulates
+or holds the states themselves (issue 31: ~250 MB a worker with held-out objectives).
 """
 from __future__ import annotations
 
@@ -11,6 +17,9 @@ import functools
 import math
 import multiprocessing as mp
 import os
+import pickle
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -23,6 +32,7 @@ from evaluator.records import Evaluation
 from evolve.lifeline import die_with_parent
 
 JobKind = Literal["screen", "full", "split"]
+RECYCLE = 100  # programs a worker compiles before it is replaced: ~150-200 MB of them (issue 31)
 HELDOUT_TIMEOUT_FACTOR = 4  # a full job with held-out splits fits and simulates ~3-4x as much
 
 
@@ -88,10 +98,62 @@ def run_job(ev: Evaluator, message: tuple) -> dict:
     return res.to_json()
 
 
-def _worker_main(conn, data_dir, train_fraction, heldout=False):
+def _states_main(conn, data_dir, train_fraction, heldout, path):
+    """The helper process of a pool: the shared states (`Evaluator.shared_states`), pickled to `path`."""
+    die_with_parent()
+    shared = Evaluator(load(data_dir), train_fraction=train_fraction).shared_states(heldout)
+    with open(path + ".part", "wb") as f:
+        pickle.dump(shared, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(path + ".part", path)
+    conn.send(path)
+
+
+def shared_states_file(ctx, data_dir, train_fraction, heldout, timeout_s: float = 600.0):
+    """Make the shared states in a helper process (its memory goes when it ends) and return
+    the file they are in, open and already unlinked (nothing is left behind however the
+    driver ends; workers open it as /proc/DRIVER/fd/N), or None if that failed (each worker
+    then makes its own)."""
+    path = os.path.join(tempfile.mkdtemp(prefix="stepevolve_states_"), "states.pkl")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_states_main, args=(send, data_dir, train_fraction, heldout, path), daemon=True)
+    proc.start()
+    send.close()
+    got = None
+    try:
+        if recv.poll(timeout_s):
+            got = recv.recv()
+    except (EOFError, OSError):
+        got = None
+    proc.join(5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+    f = None
+    if got == path:
+        try:
+            f = open(path, "rb")
+        except OSError:
+            f = None
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    return f
+
+
+def _load_states(path):
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except OSError:  # no /proc (not Linux) or the driver is gone: make them here
+        return None
+
+
+def _worker_main(conn, data_dir, train_fraction, heldout=False, states=None):
     die_with_parent()  # a killed driver takes its workers with it
     ev = Evaluator(load(data_dir), train_fraction=train_fraction)
-    ev.reference_states()
+    shared = None if states is None else _load_states(states)  # made once for the pool (`shared_states_file`)
+    if shared is not None:
+        ev.adopt_states(shared)
+    else:
+        ev.reference_states()
     if heldout:
         ev.prepare_heldout()
     conn.send(("ready", None))
@@ -103,9 +165,10 @@ def _worker_main(conn, data_dir, train_fraction, heldout=False):
 
 
 class _Worker:
-    def __init__(self, ctx, data_dir, train_fraction, heldout=False):
+    def __init__(self, ctx, data_dir, train_fraction, heldout=False, states=None):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, data_dir, train_fraction, heldout), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, data_dir, train_fraction, heldout, states),
+                                daemon=True)
         self.proc.start()
         self.programs: set[str] = set()  # sources it has compiled (recycled at `recycle` of them)
         self.job: Job | None = None
@@ -240,11 +303,14 @@ class Executor:
 class WorkerPool(Executor):
     """Evaluate jobs on K local processes."""
 
-    def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=300, heldout=False,
+    def __init__(self, data_dir, train_fraction=0.7, workers=2, timeout_s=60.0, recycle=RECYCLE, heldout=False,
                  splits=()):
         super().__init__(timeout_s, heldout, splits)
         self.ctx = mp.get_context("spawn")
-        self.args = (data_dir, train_fraction, bool(heldout and splits))  # split jobs to come: prepare their views
+        prepare = bool(heldout and splits)  # split jobs to come: prepare their views
+        self.states = shared_states_file(self.ctx, data_dir, train_fraction, prepare)
+        where = None if self.states is None else f"/proc/{os.getpid()}/fd/{self.states.fileno()}"
+        self.args = (data_dir, train_fraction, prepare, where)
         self.recycle = recycle
         self.workers = [_Worker(self.ctx, *self.args) for _ in range(max(1, workers))]
 
@@ -307,3 +373,6 @@ class WorkerPool(Executor):
                 pass
             w.proc.join(2)
             w.kill()
+        if self.states is not None:
+            self.states.close()
+            self.states = None
