@@ -18,7 +18,6 @@ import math
 import multiprocessing as mp
 import os
 import pickle
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -99,21 +98,24 @@ def run_job(ev: Evaluator, message: tuple) -> dict:
 
 
 def _states_main(conn, data_dir, train_fraction, heldout, path):
-    """The helper process of a pool: the shared states (`Evaluator.shared_states`), pickled to `path`."""
+    """The helper process of a pool: the shared states (`Evaluator.shared_states`), pickled
+    into the driver's file at `path` (/proc/DRIVER/fd/N)."""
     die_with_parent()
     shared = Evaluator(load(data_dir), train_fraction=train_fraction).shared_states(heldout)
-    with open(path + ".part", "wb") as f:
+    with open(path, "wb") as f:
         pickle.dump(shared, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(path + ".part", path)
     conn.send(path)
 
 
 def shared_states_file(ctx, data_dir, train_fraction, heldout, timeout_s: float = 600.0):
     """Make the shared states in a helper process (its memory goes when it ends) and return
-    the file they are in, open and already unlinked (nothing is left behind however the
-    driver ends; workers open it as /proc/DRIVER/fd/N), or None if that failed (each worker
-    then makes its own)."""
-    path = os.path.join(tempfile.mkdtemp(prefix="stepevolve_states_"), "states.pkl")
+    the file they are in, open and unlinked from the start (nothing is left behind however
+    the driver ends; the helper writes and workers read it as /proc/DRIVER/fd/N), or None if
+    that failed (each worker then makes its own)."""
+    fd, name = tempfile.mkstemp(prefix="stepevolve_states_")
+    os.unlink(name)
+    f = os.fdopen(fd, "w+b")
+    path = f"/proc/{os.getpid()}/fd/{fd}"
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_states_main, args=(send, data_dir, train_fraction, heldout, path), daemon=True)
     proc.start()
@@ -128,13 +130,9 @@ def shared_states_file(ctx, data_dir, train_fraction, heldout, timeout_s: float 
     if proc.is_alive():
         proc.kill()
         proc.join(5)
-    f = None
-    if got == path:
-        try:
-            f = open(path, "rb")
-        except OSError:
-            f = None
-    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    if got != path:
+        f.close()
+        return None
     return f
 
 
