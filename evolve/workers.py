@@ -102,8 +102,12 @@ def _states_main(conn, data_dir, train_fraction, heldout, path):
     into the driver's file at `path` (/proc/DRIVER/fd/N)."""
     die_with_parent()
     shared = Evaluator(load(data_dir), train_fraction=train_fraction).shared_states(heldout)
-    with open(path, "wb") as f:
-        pickle.dump(shared, f, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        with open(path, "wb") as f:
+            pickle.dump(shared, f, protocol=pickle.HIGHEST_PROTOCOL)
+    except OSError as e:  # a full disk (or a file-size limit): the workers make their own states
+        conn.send(f"not written: {e.strerror or e}")
+        return
     conn.send(path)
 
 
