@@ -67,5 +67,10 @@ def twins(a, b, tol: float = TWIN_TOL) -> bool:
     prediction within `tol` relative of the other's. An empty or non-finite one matches nothing."""
     if not a or not b or len(a) != len(b) or any(x is None for x in a) or any(y is None for y in b):
         return False
-    x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return bool(np.all(np.abs(x - y) <= tol * np.maximum(np.abs(x), np.abs(y))))
+    return bool(twin_rows(np.asarray(a, np.float64), np.asarray(b, np.float64)[None, :], tol)[0])
+
+
+def twin_rows(x: np.ndarray, prints: np.ndarray, tol: float = TWIN_TOL) -> np.ndarray:
+    """`twins`' rule on many at once: which rows of `prints` (finite fingerprints of x's
+    length, stacked) are within `tol` relative of fingerprint `x` at every probe."""
+    return np.all(np.abs(x - prints) <= tol * np.maximum(np.abs(x), np.abs(prints)), axis=1)

@@ -37,7 +37,7 @@ from evaluator.holdout import split_labels
 from evaluator.objectives import (IN_SAMPLE_ORDER, INVALID, finite_or_none, has_heldout, in_sample_loss,
                                   invalid_objectives, objective_vector, ranked, selection_loss)
 from evaluator import physics
-from evaluator.fingerprint import TWIN_TOL
+from evaluator.fingerprint import twin_rows
 from evaluator.identify import fold_constants
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.records import Evaluation
@@ -157,10 +157,7 @@ class SearchState:
                                       np.array([c for _, c, _ in rows], np.float64),
                                       np.vstack([v for _, _, v in rows]) if rows else np.empty((0, len(fp))))
         ids, cx, M = self._stacked[len(fp)]
-        # `twins` on every member at once: the same comparisons, so the same answer
-        x = np.asarray(fp, np.float64)
-        hit = np.flatnonzero((cx <= complexity) & np.all(np.abs(x - M) <= TWIN_TOL * np.maximum(np.abs(x), np.abs(M)),
-                                                         axis=1))
+        hit = np.flatnonzero((cx <= complexity) & twin_rows(np.asarray(fp, np.float64), M))  # `twins`, all at once
         return int(ids[hit[0]]) if len(hit) else None
 
     @staticmethod

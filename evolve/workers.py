@@ -119,7 +119,7 @@ def shared_states_file(ctx, data_dir, train_fraction, heldout, timeout_s: float 
     fd, name = tempfile.mkstemp(prefix="stepevolve_states_")
     os.unlink(name)
     f = os.fdopen(fd, "w+b")
-    path = f"/proc/{os.getpid()}/fd/{fd}"
+    path = fd_path(f)
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_states_main, args=(send, data_dir, train_fraction, heldout, path), daemon=True)
     proc.start()
@@ -138,6 +138,11 @@ def shared_states_file(ctx, data_dir, train_fraction, heldout, timeout_s: float 
         f.close()
         return None
     return f
+
+
+def fd_path(f) -> str:
+    """The name other processes open this process's open file `f` by (Linux: /proc)."""
+    return f"/proc/{os.getpid()}/fd/{f.fileno()}"
 
 
 def _load_states(path):
@@ -311,7 +316,7 @@ class WorkerPool(Executor):
         self.ctx = mp.get_context("spawn")
         prepare = bool(heldout and splits)  # split jobs to come: prepare their views
         self.states = shared_states_file(self.ctx, data_dir, train_fraction, prepare)
-        where = None if self.states is None else f"/proc/{os.getpid()}/fd/{self.states.fileno()}"
+        where = None if self.states is None else fd_path(self.states)
         self.args = (data_dir, train_fraction, prepare, where)
         self.recycle = recycle
         self.workers = [_Worker(self.ctx, *self.args) for _ in range(max(1, workers))]
