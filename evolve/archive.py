@@ -58,7 +58,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from evaluator.objectives import ORDER, REGIMES_OPTIONAL, finite_or_none, selection_loss, sortable_or_none
+from evaluator.objectives import ORDER, REGIMES_OPTIONAL, finite_or_none, handover_regrets, selection_loss, sortable_or_none
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # evaluator.program (numba) is imported where a program is parsed (`evolve frontier` never does)
     from evaluator.program import Program
@@ -770,9 +770,10 @@ class Archive:
 
     def best_transfer(self, run_id: str | None = None, skip_prefix: str | None = None,
                       usable: Callable[[dict], bool] | None = None, fresh: bool = False) -> dict | None:
-        """The program a user should take from a run: the lowest `selection_loss` (the worst of
-        the held-out regime errors where they were scored) among full evaluations whose every
-        constant the data pins down (`evaluator.identify`), else among all of them. A constant
+        """The program a user should take from a run: the lowest `handover_regrets` (the largest
+        distance, over the held-out regimes, from the best error any of these programs reached
+        in that regime; ties: `selection_loss`) among full evaluations whose every constant the
+        data pins down (`evaluator.identify`), else among all of them. A constant
         the data cannot pin is a defect: it is held by the fit's faint prior, not by data.
         skip_prefix: leave out runs whose id starts with it (the stored baselines).
         usable(record): with it, the first candidate in that order it accepts is taken (the
@@ -795,17 +796,20 @@ class Archive:
             q = q.where(~ProgramRow.run_id.startswith(skip_prefix, autoescape=True))
         with self._read() as s, s.begin():
             rows = s.execute(q).all()
-        ranked_rows = [(any((g or {}).get("unpinned") for g in (ident or {}).values()),
-                        selection_loss(obj or {}), cx, pid) for pid, cx, obj, ident in rows]
-        ranked_rows = sorted(r for r in ranked_rows if math.isfinite(r[1]))
+        unpinned = [any((g or {}).get("unpinned") for g in (ident or {}).values()) for _, _, _, ident in rows]
+        losses = [selection_loss(obj or {}) for _, _, obj, _ in rows]
+        ok = [i for i, loss in enumerate(losses) if math.isfinite(loss)]
+        pool = [i for i in ok if not unpinned[i]] or ok  # the ideal point of the programs it chooses from
+        regret = dict(zip(pool, handover_regrets([rows[i][2] for i in pool])))
+        ranked_rows = sorted((unpinned[i], regret.get(i, math.inf), losses[i], rows[i][1], rows[i][0]) for i in ok)
         if not ranked_rows:
             return None
         if usable is not None:
             for r in ranked_rows[:USABLE_CHECKS]:
-                rec = self.program(r[3])
+                rec = self.program(r[4])
                 if usable(rec):
                     return rec
-        return self.program(ranked_rows[0][3])
+        return self.program(ranked_rows[0][4])
 
     # ------------------------------------------------------------ records
     def program(self, program_id: int) -> dict | None:

@@ -195,6 +195,33 @@ def test_selection_is_on_the_worst_regime():
     assert selection_loss(broken) > selection_loss(spiky)
 
 
+
+def test_handover_measures_each_regime_from_its_best(tmp_path):
+    """The program a run hands over: the least given up in any regime against the best reached
+    there (`handover_regrets`), so a regime whose floor no program gets under (here overload,
+    45 points at best) does not decide alone; the search's own ranking stays the raw worst."""
+    from evaluator.objectives import handover_regrets
+    from evolve.archive import Archive
+    base = {"e2e_mean": 0.05, "lowo_e2e": 0.02, "lomo_e2e": 0.06, "load_e2e": 0.03}
+    flat = {**base, "long_e2e": 0.18, "overload_fail": 0.45}  # raw worst 45: lowest
+    long_ok = {**base, "lowo_e2e": 0.025, "long_e2e": 0.09, "overload_fail": 0.47}  # gives up 2 points there
+    worse = {**base, "long_e2e": 0.20, "overload_fail": 0.60}
+    assert selection_loss(flat) < selection_loss(long_ok) < selection_loss(worse)
+    r = handover_regrets([flat, long_ok, worse])
+    assert r == pytest.approx([0.09, 0.02, 0.15])  # flat gives up 9 on long decode
+    assert handover_regrets([flat]) == [0.0]
+    broken = {**base, "long_e2e": math.inf, "overload_fail": 0.40}
+    assert handover_regrets([flat, broken])[1] > 1e6  # an unscored regime is never handed over
+    no_heldout = {"e2e_mean": 0.03}
+    assert handover_regrets([no_heldout]) == [selection_loss(no_heldout)]
+    a = Archive(tmp_path / "h.db")
+    run = a.start_run({}, seed=0, data_fingerprint="x", budget=3)
+    ids = [a.add_candidate(run, f"def predict_step_time(t_weights):\n    return t_weights * {i + 1}\n",
+                           operator="seed", evaluation=Evaluation(valid=True, rows=[], objectives=o,
+                                                                  constants={"*": []}))
+           for i, o in enumerate((flat, long_ok, worse))]
+    assert a.best_transfer(run)["id"] == ids[1]
+
 def test_ranking_uses_heldout_errors_when_every_record_has_them():
     a = {"e2e_mean": 0.01, "complexity": 5, "lowo_e2e": 0.5, "lomo_e2e": 0.5, "load_e2e": 0.5}
     b = {"e2e_mean": 0.20, "complexity": 5, "lowo_e2e": 0.1, "lomo_e2e": 0.1, "load_e2e": 0.1}

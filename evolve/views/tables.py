@@ -84,8 +84,9 @@ def duplicate_groups(records: Sequence[Mapping], prefer: int | None = None) -> l
 
 def frontier_table(archive, run: str | None = None, collapse: bool = True, usable=None) -> list[dict]:
     """One plain dict per frontier program, sorted by complexity (then e2e_mean); `recommended`
-    marks the program the run hands over (`Archive.best_transfer`: the worst held-out regime
-    lowest among programs whose every constant the data pins down).
+    marks the program the run hands over (`Archive.best_transfer`: the least given up in any
+    held-out regime against the best reached there, among programs whose every constant the
+    data pins down).
 
     collapse: behavioural duplicates (`same_behaviour`: every stored objective but complexity and
     every per-stage prediction within 0.1% relative) become one row, the recommended or simplest
