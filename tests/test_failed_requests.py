@@ -260,3 +260,20 @@ def test_cli_baselines_json_is_strict_and_bad_rows_are_one_line(tmp_path, capsys
         main(["baselines", "--data", str(bad)])
     msg = str(e.value.code)
     assert msg.startswith("error: ") and "row 4 " in msg and "'input_tokens'" in msg and "\n" not in msg
+
+
+def test_spec_arrivals_send_what_the_client_sent():
+    """Spec mode sends each stage's requests as inference-perf does: exactly int(rate x
+    duration) of them, the last at the stage's end, gaps exponential (CV ~1), as the measured
+    reasoning stages (4,800 in 1,200 s each); a truncated Poisson stream sent ~2% fewer."""
+    from evaluator.data import load
+    from evaluator.workload import client_arrivals, spec_workload
+    t = client_arrivals(np.random.default_rng(3), 4.0, 1200.0)
+    assert len(t) == 4800 and t[-1] == pytest.approx(1200.0) and (np.diff(t) > 0).all()
+    gaps = np.diff(np.concatenate([[0.0], t]))
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.05)
+    gt = load(None)
+    for e in gt.experiments:
+        wl = spec_workload(e, seed=0)
+        for s in e.stages:
+            assert (wl.stage == s.index).sum() == int(s.rate * s.duration_s + 1e-9), (e.id, s.index)
