@@ -277,3 +277,27 @@ def test_spec_arrivals_send_what_the_client_sent():
         wl = spec_workload(e, seed=0)
         for s in e.stages:
             assert (wl.stage == s.index).sum() == int(s.rate * s.duration_s + 1e-9), (e.id, s.index)
+
+
+def test_overload_collapses_at_one_instant_as_measured(gt):
+    """Every overloaded reasoning run failed as a congestion collapse: all requests sent before
+    one instant succeeded, all after it failed (the queue's wait passed the client's 300 s less
+    the decode time). The simulator's client and abort rules give the same shape, so a
+    failed-fraction error is a service-rate error: fail = 1 - (300 s - decode) / (slope x T),
+    slope = arrival / service rate - 1 (docs/failed_requests.md)."""
+    from evaluator.replay import simulate_one
+    req = gt.requests
+    for eid in [e.id for e in gt.experiments if e.workload == "reasoning" and e.model != "codellama-34b"]:
+        g = req[req["experiment_id"] == eid].sort_values("arrival_time_us")
+        ok = ~g["has_error"].to_numpy(bool)
+        assert 0.3 < 1 - ok.mean() < 0.9
+        assert ok[: ok.sum()].all(), eid  # the successes are a prefix in send order
+    ev = Evaluator(gt, holdout_objectives=False)
+    e = next(x for x in ev.exps if x.workload == "reasoning" and x.model == "llama-2-70b")
+    prog = parse_program("S = 1.0\n\ndef predict_step_time(t_step_measured):\n    return S * t_step_measured\n")
+    r = simulate_one(ev, prog.compiled(), np.array([1.44]), e)
+    order = np.argsort(ev.wl[e.id].arrival_us, kind="stable")
+    ok = ~r.aborted[order]
+    assert 0.2 < 1 - ok.mean() < 0.9
+    first_fail = np.argmin(ok)
+    assert ok[:first_fail].all() and not ok[first_fail:].any()
