@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import ast
 
-import numba
-
-from evaluator.components import COMPONENT_INDEX, GRAD_SIGNATURE, GRAD_TYPE
-from evaluator.native import NativeFunction
-from evaluator.program import Program, call_name, define_function, function_body, parse_source
+from evaluator.components import COMPONENT_INDEX, GRAD_TYPE
+from evaluator.program import Program, call_name, compile_generated, function_body, parse_source
 
 __all__ = ["gradient_source", "compiled_gradient"]
 
@@ -245,12 +242,10 @@ def gradient_source(prog: Program) -> str:
 
 
 def compiled_gradient(prog: Program):
-    """numba-compiled `_grad` with `GRAD_SIGNATURE`, compiled once per Program; a first-class
-    function for compiled callers only (`predict_rows_grad`), not callable from Python."""
+    """`_grad` compiled with `GRAD_SIGNATURE` once per Program (`evaluator.program
+    .compile_generated`: by `evaluator.llvm_program`, or numba with STEPEVOLVE_COMPILER=numba);
+    a first-class function for compiled callers only (`predict_rows_grad`), not callable from
+    Python."""
     if prog._grad is None:
-        fn = define_function(gradient_source(prog), f"<gradient {prog.hash}>", "_grad")
-        # only compiled code calls it (`evaluator.step_scoring.predict_rows_grad`): no CPython
-        # wrapper, ~30 ms less compile time per program and worker (~0.11 s left)
-        prog._grad = NativeFunction(numba.njit(GRAD_SIGNATURE, error_model="numpy", fastmath=False,
-                                               no_cpython_wrapper=True)(fn), GRAD_TYPE)
+        prog._grad = compile_generated(gradient_source(prog), "_grad", GRAD_TYPE, label=f"<gradient {prog.hash}>")
     return prog._grad
