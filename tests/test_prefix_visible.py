@@ -85,6 +85,9 @@ def test_breakdown_json_parts_sum_and_components(out):
     assert [(p["experiment"], p["stage"]) for p in parts] == [(r["experiment"], r["stage"]) for r in rows]
     for p, r in zip(parts, rows):
         sim = p["sim_per_token_s"]
+        if sim is None:  # an overloaded stage's scored part after the collapse: every request timed out
+            assert r["timed_out"] == r["n_requests"] - r.get("rejected", 0) > 0, r
+            continue
         assert sim > 0
         split = sum(p[f"{k}_s"] for k in BREAKDOWN_PARTS)
         assert split == pytest.approx(sim, rel=1e-6)
