@@ -50,6 +50,7 @@ import llvmlite.ir as ir
 import numba
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
+from evaluator.native import AddressedFunction
 
 __all__ = ["FALLBACKS", "LLVMFunction", "Unsupported", "compiler", "compile_source"]
 
@@ -332,7 +333,7 @@ def compile_source(source: str, name: str, parse=ast.parse):
     return address, library
 
 
-class LLVMFunction:
+class LLVMFunction(AddressedFunction):
     """A kernel compiled here, as compiled callers take it (numba's wrapper-address protocol, as
     `evaluator.native.NativeFunction`); pickled as its source, compiled again where unpickled.
     `reference(source, name, ftype)`: numba's compilation of the same source (`dispatcher`);
@@ -346,20 +347,6 @@ class LLVMFunction:
         self.python_call, self.reference, self.parse = python_call, reference, parse
         self._address, self._library = compile_source(source, name, parse)
         self._dispatcher = None
-
-    @property
-    def _numba_type_(self):
-        """How numba types this object as an argument (numba's typeof protocol)."""
-        return self.ftype
-
-    def __wrapper_address__(self) -> int:
-        return self._address
-
-    def __call__(self, *args):
-        """From Python, through `python_call(handle, *args)`, a compiled caller."""
-        if self.python_call is None:
-            raise TypeError("this compiled function is for compiled callers only")
-        return self.python_call(self, *args)
 
     @property
     def dispatcher(self):

@@ -18,19 +18,15 @@ from __future__ import annotations
 
 from numba.experimental.function_type import _get_wrapper_address
 
-__all__ = ["NativeFunction"]
+__all__ = ["AddressedFunction", "NativeFunction"]
 
 
-class NativeFunction:
-    """A numba dispatcher compiled for one first-class function type, passed by address."""
+class AddressedFunction:
+    """What compiled callers need of a compiled function: its first-class type (`ftype`), the
+    address of its C entry point (`_address`) and, from Python, a compiled caller
+    (`python_call`). `NativeFunction` (numba) and `evaluator.llvm_program.LLVMFunction` fill them."""
 
-    __slots__ = ("dispatcher", "ftype", "python_call", "_address")
-
-    def __init__(self, dispatcher, ftype, python_call=None):
-        self.dispatcher = dispatcher  # keeps the compiled code (and so the address) alive
-        self.ftype = ftype
-        self.python_call = python_call  # python_call(handle, *args): the function called from Python
-        self._address = _get_wrapper_address(dispatcher, ftype.signature)
+    __slots__ = ()
 
     @property
     def _numba_type_(self):
@@ -46,6 +42,19 @@ class NativeFunction:
         if self.python_call is None:
             raise TypeError("this compiled function is for compiled callers only")
         return self.python_call(self, *args)
+
+
+class NativeFunction(AddressedFunction):
+    """A numba dispatcher compiled for one first-class function type, passed by address."""
+
+    __slots__ = ("dispatcher", "ftype", "python_call", "_address")
+
+    def __init__(self, dispatcher, ftype, python_call=None):
+        self.dispatcher = dispatcher  # keeps the compiled code (and so the address) alive
+        self.ftype = ftype
+        self.python_call = python_call  # python_call(handle, *args): the function called from Python
+        self._address = _get_wrapper_address(dispatcher, ftype.signature)
+
 
     def __reduce__(self):
         return NativeFunction, (self.dispatcher, self.ftype, self.python_call)
