@@ -255,7 +255,41 @@ def kernel_source() -> str:
                   "    else:",
                   f"        for i in range({at}, {end}):",
                   "            out[i] = math.nan"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + context_source()) + "\n"
+
+
+CONTEXT_INPUTS: tuple[str, ...] = ("n_decode", "K", "ctx_max")
+
+
+def context_source() -> list[str]:
+    """Lines of `fill_context`: the LATE_ROWS alone (what reads ctx_max), for a step whose
+    other components are known (the simulator's steady steps look those up by batch and KV).
+    The same formulas as in fill_components, so the same values, bit for bit."""
+    rows = checked_rows()
+    first_late = len(COMPONENT_ROWS) + sum(len(b.rows) for b in BLOCKS)
+    late = [(row, expr, slot) for row, expr, slot in rows if slot is not None and slot >= first_late]
+    need = {n.id for _, expr, _ in late for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    inter = []
+    for row, expr, slot in reversed(rows):
+        if slot is None and row.name in need:
+            inter.insert(0, (row, expr))
+            need |= {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    other = need & set(STEP_INPUTS) - set(CONTEXT_INPUTS)
+    if other:
+        raise TableError(f"LATE_ROWS read {sorted(other)}: fill_context has only {', '.join(CONTEXT_INPUTS)}")
+    lines = ["", "", "@numba.njit(cache=True, fastmath=False)",
+             "def fill_context(model, " + ", ".join(CONTEXT_INPUTS) + ", out):",
+             '    """Write the components that read ctx_max into `out`, as fill_components does."""']
+    lines += [f"    {local} = model[{i}]" for i, (local, _) in enumerate(MODEL_INPUTS) if local in need]
+    for row, expr, slot in [(r, e, None) for r, e in inter] + [(r, e, s) for r, e, s in late]:
+        target = f"out[{slot}]" if slot is not None else row.name
+        cond, yes, no = split_conditional(expr)
+        if cond is None:
+            lines.append(f"    {target} = {ast.unparse(yes)}")
+        else:
+            lines += [f"    if {ast.unparse(cond)}:", f"        {target} = {ast.unparse(yes)}",
+                      "    else:", f"        {target} = {ast.unparse(no)}"]
+    return lines
 
 
 def main(argv: list[str]) -> int:

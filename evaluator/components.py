@@ -48,10 +48,10 @@ import numpy as np
 
 from evaluator.component_table import BLOCKS, COMPONENT_ROWS, LATE_ROWS
 from evaluator.component_table import MODEL_FIELDS as TABLE_MODEL_FIELDS
-from evaluator.components_kernel import fill_components
+from evaluator.components_kernel import fill_components, fill_context
 
 __all__ = ["PREDICTOR_SIGNATURE", "PREDICTOR_TYPE", "GRAD_SIGNATURE", "GRAD_TYPE", "COMPONENTS", "N_COMPONENTS", "COMPONENT_INDEX",
-           "COMPONENT_DOCS", "MODEL_FIELDS", "MEASURED_NAMES", "SPREAD_NAMES", "fill_components", "components_matrix",
+           "COMPONENT_DOCS", "MODEL_FIELDS", "MEASURED_NAMES", "SPREAD_NAMES", "fill_components", "fill_context", "components_matrix",
            "components_for_model", "components_for_model_spread", "mean_context", "model_vector",
            "batch_aggregates", "BLOCK_SIZE"]
 

@@ -72,3 +72,20 @@ def fill_components(model, P, D, n_prefill, n_decode, B, K, ctx_max, out):
     else:
         for i in range(15, 21):
             out[i] = math.nan
+
+
+@numba.njit(cache=True, fastmath=False)
+def fill_context(model, n_decode, K, ctx_max, out):
+    """Write the components that read ctx_max into `out`, as fill_components does."""
+    L = model[0]
+    nkv = model[3]
+    hd = model[4]
+    tp = model[9]
+    bw = model[11]
+    us = 1000000.0
+    out[21] = n_decode * ctx_max * 2.0 * L * nkv * hd * 2.0 / tp / bw * us
+    out[22] = ctx_max
+    if n_decode * ctx_max > K:
+        out[23] = (n_decode * ctx_max - K) * 2.0 * L * nkv * hd * 2.0 / tp / bw * us
+    else:
+        out[23] = 0.0

@@ -635,7 +635,7 @@ def load_default_table() -> dict:
 
 
 def load_default() -> GroundTruth:
-    """The embedded default: workload-spec mode on the 12 measured experiments."""
+    """The embedded default: workload-spec mode on the 16 measured experiments."""
     t = load_default_table()
     exps = []
     kernels = t.get("kernels", {})

@@ -63,7 +63,7 @@ import numba
 import numpy as np
 
 from evaluator import kv_cache as kv
-from evaluator.components import N_COMPONENTS, PREDICTOR_TYPE, fill_components
+from evaluator.components import N_COMPONENTS, PREDICTOR_TYPE, fill_components, fill_context
 
 # status codes returned by simulate()
 OK = 0
@@ -83,6 +83,7 @@ RESTART_HIT = 8  # tokens served from the cache on restarts after preemption
 N_REQ_STATS = 9
 
 PREFIX_MODES = ("auto", "lru", "always-hit", "off")
+NO_CTX = -(1 << 62)  # no member: below any stored context
 MEMO = 1 << 15  # slots of the steady steps' cycle memo (open addressing, filled to 3/4 at most)
 
 _F1 = numba.float64[::1]
@@ -176,6 +177,10 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     s = 0
     tot_blocks = 0  # blocks held by live members
     want_ctx = spread or record  # the longest decoding context is computed only where it is read
+    # the members' longest context as stored (minus s, so it may be negative): it changes only
+    # as members join and finish, so it is kept instead of searched every step (stale: search)
+    mem_ctx = NO_CTX
+    stale = False
     W = 1
     while W <= 2 * block + 1:
         W *= 2
@@ -185,6 +190,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     fin_list = np.empty(max_seqs, np.int64)
     memo_k = np.full(MEMO, -1, np.int64)  # predicted cycle of members-only steps by (blocks, batch)
     memo_v = np.empty(MEMO)
+    # a program that reads the longest context: its members-only steps differ in that alone,
+    # so their other components are looked up by (blocks, batch) instead
+    memo_c = np.empty((MEMO if spread else 1, N_COMPONENTS))
     n_memo = 0
     n_steps = 0
     n_preempt = 0
@@ -246,6 +254,8 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 n_run = k
                 first_x = 0
                 n_mem = 0
+                mem_ctx = NO_CTX
+                stale = False
                 tot_blocks = 0
                 s = 0
                 ring_n[:] = 0
@@ -472,9 +482,13 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
         K_dec = K
         ctx = 0.0  # the longest decoding context after this step (members: stored + s)
         if want_ctx and n_mem > 0:
-            for j in range(first_x):
-                if not gone[running[j]]:
-                    ctx = max(ctx, float(computed[running[j]] + s))
+            if stale:
+                mem_ctx = NO_CTX
+                for j in range(first_x):
+                    if not gone[running[j]]:
+                        mem_ctx = max(mem_ctx, computed[running[j]])
+                stale = False
+            ctx = max(ctx, float(mem_ctx + s))
         P_rec = 0.0  # prefill tokens recomputed because their cached blocks were evicted
         P_pre = 0.0  # prefill tokens recomputed after a preemption
         for j in range(first_x, n_run):
@@ -518,25 +532,32 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
         h = -1  # memo slot of a members-only step
         key = 0
         found = False
-        if first_x == n_run and not spread:
+        if first_x == n_run:
             # members only: the step depends on (batch, blocks) alone, and most pairs recur, so
-            # their predicted cycle is looked up (the program is a pure function)
+            # their predicted cycle is looked up (the program is a pure function); with spread,
+            # on the longest context too, so only the components that do not read it are
             key = tot_blocks * (max_seqs + 1) + n_mem
             h = (key * 2654435761) & (MEMO - 1)
             while memo_k[h] >= 0 and memo_k[h] != key:
                 h = (h + 1) & (MEMO - 1)
             found = memo_k[h] == key
-        if found:
+        if found and not spread:
             dt = memo_v[h]
         else:
-            fill_components(model, P, D, n_p, n_d, float(n_live), K, ctx, comp)
+            if found:
+                comp[:] = memo_c[h]
+                fill_context(model, n_d, K, ctx, comp)
+            else:
+                fill_components(model, P, D, n_p, n_d, float(n_live), K, ctx, comp)
             dt = predict(comp, consts)
             if not (dt >= 1.0) or not np.isfinite(dt):
                 status = 1
                 break
-            if h >= 0 and n_memo < MEMO - MEMO // 4:
+            if h >= 0 and not found and n_memo < MEMO - MEMO // 4:
                 memo_k[h] = key
                 memo_v[h] = dt
+                if spread:
+                    memo_c[h] = comp
                 n_memo += 1
         if breakdown and D > 0.0:
             base = dt
@@ -597,6 +618,8 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             finished += 1
             n_mem -= 1
             n_live -= 1
+            if computed[r] == mem_ctx:
+                stale = True
         join = steady
         j = first_x
         k = first_x
@@ -635,6 +658,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     generated[r] -= s
                     target[r] = computed[r] + 1
                     tot_blocks += blocks[r]
+                    mem_ctx = max(mem_ctx, computed[r])
                     n_mem += 1
                     fin_at[k] = gen_len[r] - generated[r]
                     q2 = _next_event(blocks[r], computed[r], n_cached[r], fin_at[k], block, lru, s, n_shared[r]) & (W - 1)

@@ -328,7 +328,8 @@ def cmd_run(args) -> int:
             from evaluator.objectives import BY_NAME, REGIMES
             held = "held-out: " + ", ".join(f"{BY_NAME[k].label} {_pct(b[k])}" for k in REGIMES if k in b) \
                 + "; in-sample "
-        con.print(f"use #{b['id']} (the lowest worst held-out regime): {held}E2E {_pct(b['e2e_mean'])} "
+        con.print(f"use #{b['id']} (closest to the best error of every held-out regime): "
+                  f"{held}E2E {_pct(b['e2e_mean'])} "
                   f"(worst {_pct(b['e2e_worst'])}), TTFT {_pct(b['ttft_mean'])}, ITL {_pct(b['itl_mean'])}, "
                   f"step MAPE {_pct(b['step_mape'])}, complexity {b['complexity']:.0f}")
     return 0

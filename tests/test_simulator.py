@@ -1,5 +1,6 @@
 """The numba simulator: conservation laws, scheduling limits, no recompilation per predictor."""
 import numpy as np
+import pytest
 
 from evaluator import simulator as S
 from evaluator.simulator import Workload, simulate
@@ -103,11 +104,18 @@ SPREAD_PROGRAM = ("BASE = 2000.0\nSPREAD = 1.0\n\ndef predict_step_time(t_weight
                   "    return BASE + t_weights + t_decode_kv + SPREAD * (t_decode_kv_max - t_decode_kv)\n")
 
 
-def test_longest_context_is_the_same_with_members_and_request_by_request(evaluator):
-    """A program reading the longest decoding context (spread=True: no cycle memo) gives the
-    same results bit for bit with members as request by request, under KV pressure and
-    timeouts; the recorded ctx_max is that of a real decoding request."""
-    p = parse_program(SPREAD_PROGRAM)
+SPREAD_MEASURED = ("C = 1.0\n\ndef predict_step_time(t_step_measured, t_decode_spread, ctx_max):\n"
+                   "    return t_step_measured + C * t_decode_spread + 0.01 * ctx_max\n")
+
+
+@pytest.mark.parametrize("source", [SPREAD_PROGRAM, SPREAD_MEASURED])
+def test_longest_context_is_the_same_with_members_and_request_by_request(evaluator, source):
+    """A program reading the longest decoding context (spread=True: the members' steps look up
+    their other components by batch and blocks, the longest context is kept as members join and
+    finish, not searched) gives the same results bit for bit with members as request by
+    request, under KV pressure and timeouts; the recorded ctx_max is that of a real decoding
+    request."""
+    p = parse_program(source)
     f, c = p.compiled(), p.initial_constants
     ev = evaluator
     for e in ev.exps[:2]:

@@ -158,7 +158,7 @@ def pareto_figure(evals: Sequence[Mapping], front_ids: set[int], baselines: Mapp
                                  text=[f"★ #{recommended_id}"], textposition="middle right",
                                  textfont=dict(size=12, color="#7a4d00"),
                                  marker=dict(symbol="star", size=18, color="#f5b301", line=dict(width=1, color="#7a4d00")),
-                                 hovertext=[f"#{recommended_id}: recommended (lowest worst held-out regime)"],
+                                 hovertext=[f"#{recommended_id}: recommended (closest to the best error of every held-out regime)"],
                                  hoverinfo="text"))
     if chosen is not None and chosen.get("id") in by_id and chosen.get("id") != recommended_id:
         c, e = by_id[chosen["id"]]

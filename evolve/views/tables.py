@@ -216,7 +216,8 @@ def show_program(archive, program_id: int, console, baseline_rows=None, usable=N
     if best is not None and best["id"] == rec["id"]:
         regimes = ", ".join(f"{BY_NAME[k].label} {fmt_err(v)}" for k, v in (rec.get("objectives") or {}).items()
                             if k in REGIMES)
-        console.print(f"[bold]★ recommended for run {rec['run_id']}[/bold]: the lowest worst held-out regime among "
+        console.print(f"[bold]★ recommended for run {rec['run_id']}[/bold]: closest to the run's best error "
+                      f"in every held-out regime (its largest gap is least), among "
                       f"programs whose every constant the data pins down"
                       f"{' and whose physical rules hold on the served shapes' if usable else ''} ({regimes})")
     console.print(Syntax(rec["source"], "python", line_numbers=False))
