@@ -184,7 +184,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     W = 1
     while W <= 2 * block + 1:
         W *= 2
-    ring = np.empty((W, max_seqs), np.int64)  # ring[s % W]: positions of members with an event at step s
+    # ring[s % W]: positions of members with an event at step s (a member aborted by its
+    # client leaves its pending event there until its step: up to rcap per slot)
+    ring = np.empty((W, rcap), np.int64)
     ring_n = np.zeros(W, np.int64)
     fin_at = np.zeros(rcap, np.int64)  # step s in which the member at a position finishes
     fin_list = np.empty(max_seqs, np.int64)
@@ -212,9 +214,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             deadline = oldest < next_arr and t - arrival_us[oldest] >= timeout_us
         q = (s + 1) & (W - 1)
         if first_x > 0:
-            # members stay members unless this step must see every request: a client deadline,
-            # or a block shortage (preemption); or the holes fill the positions
-            leave = deadline or n_mem == 0 or n_run - n_live >= max_seqs
+            # members stay members unless this step must see every request: a block shortage
+            # (preemption); or the holes fill the positions
+            leave = n_mem == 0 or n_run - n_live >= max_seqs
             if not leave:
                 k = ring_n[q]
                 for a in range(1, k):  # this step's events in running order
@@ -227,7 +229,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 need = 0
                 for a in range(k):
                     r = running[ring[q, a]]
-                    if computed[r] + s + 1 > blocks[r] * block:
+                    if not gone[r] and computed[r] + s + 1 > blocks[r] * block:
                         need += 1
                 leave = need > (cnt[kv.FREE] if lru else free_blocks)
             if leave:  # write the members back: everyone is handled one by one
@@ -260,9 +262,34 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 s = 0
                 ring_n[:] = 0
         if deadline:
-            # the client gave up: abort every request past its deadline, running or waiting
-            k = 0
-            for j in range(n_run):
+            # the client gave up: abort every request past its deadline, running or waiting, in
+            # running order; a member leaves a hole, as a finished one does, its private blocks
+            # given their hashes first, as at a write-back (the members stay members)
+            for j in range(first_x):
+                r = running[j]
+                if gone[r] or t - arrival_us[r] < timeout_us:
+                    continue
+                if lru:
+                    full = min(computed[r] + s, prompt_len[r] + generated[r] + s - 1) // block
+                    if full > n_cached[r]:
+                        kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
+                                        grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
+                        n_cached[r] = full
+                        _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
+                    kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
+                else:
+                    free_blocks += blocks[r]
+                tot_blocks -= blocks[r]
+                blocks[r] = 0
+                gone[r] = True
+                timed_out[r] = True
+                finished += 1
+                n_mem -= 1
+                n_live -= 1
+                if computed[r] == mem_ctx:
+                    stale = True
+            k = first_x
+            for j in range(first_x, n_run):
                 r = running[j]
                 if t - arrival_us[r] >= timeout_us:
                     if lru:
@@ -273,11 +300,11 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     gone[r] = True
                     timed_out[r] = True
                     finished += 1
+                    n_live -= 1
                 else:
                     running[k] = r
                     k += 1
             n_run = k
-            n_live = k
             k = 0
             for a in range(w_len):
                 r = wq[(w_head + a) % cap]
@@ -305,6 +332,8 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             for a in range(k):
                 j = ring[q, a]
                 r = running[j]
+                if gone[r]:  # aborted by its client (its pending event only)
+                    continue
                 end = computed[r] + s
                 if end > blocks[r] * block:
                     if lru:
