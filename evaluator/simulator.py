@@ -212,55 +212,6 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             while oldest < n and gone[oldest]:
                 oldest += 1
             deadline = oldest < next_arr and t - arrival_us[oldest] >= timeout_us
-        q = (s + 1) & (W - 1)
-        if first_x > 0:
-            # members stay members unless this step must see every request: a block shortage
-            # (preemption); or the holes fill the positions
-            leave = n_mem == 0 or n_run - n_live >= max_seqs
-            if not leave:
-                k = ring_n[q]
-                for a in range(1, k):  # this step's events in running order
-                    x = ring[q, a]
-                    b = a - 1
-                    while b >= 0 and ring[q, b] > x:
-                        ring[q, b + 1] = ring[q, b]
-                        b -= 1
-                    ring[q, b + 1] = x
-                need = 0
-                for a in range(k):
-                    r = running[ring[q, a]]
-                    if not gone[r] and computed[r] + s + 1 > blocks[r] * block:
-                        need += 1
-                leave = need > (cnt[kv.FREE] if lru else free_blocks)
-            if leave:  # write the members back: everyone is handled one by one
-                k = 0
-                for j in range(first_x):
-                    r = running[j]
-                    if gone[r]:
-                        continue
-                    computed[r] += s
-                    generated[r] += s
-                    target[r] = computed[r] + 1
-                    if lru:  # the private blocks it filled since its last event (_next_event)
-                        full = min(computed[r], prompt_len[r] + generated[r] - 1) // block
-                        if full > n_cached[r]:
-                            kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
-                                            grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
-                            n_cached[r] = full
-                            _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
-                    running[k] = r
-                    k += 1
-                for j in range(first_x, n_run):
-                    running[k] = running[j]
-                    k += 1
-                n_run = k
-                first_x = 0
-                n_mem = 0
-                mem_ctx = NO_CTX
-                stale = False
-                tot_blocks = 0
-                s = 0
-                ring_n[:] = 0
         if deadline:
             # the client gave up: abort every request past its deadline, running or waiting, in
             # running order; a member leaves a hole, as a finished one does, its private blocks
@@ -318,6 +269,55 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             w_len = k
             if finished >= n:
                 break
+        q = (s + 1) & (W - 1)
+        if first_x > 0:
+            # members stay members unless this step must see every request: a block shortage
+            # (preemption); or the holes (finished and aborted members) fill the positions
+            leave = n_mem == 0 or n_run - n_live >= max_seqs
+            if not leave:
+                k = ring_n[q]
+                for a in range(1, k):  # this step's events in running order
+                    x = ring[q, a]
+                    b = a - 1
+                    while b >= 0 and ring[q, b] > x:
+                        ring[q, b + 1] = ring[q, b]
+                        b -= 1
+                    ring[q, b + 1] = x
+                need = 0
+                for a in range(k):
+                    r = running[ring[q, a]]
+                    if not gone[r] and computed[r] + s + 1 > blocks[r] * block:
+                        need += 1
+                leave = need > (cnt[kv.FREE] if lru else free_blocks)
+            if leave:  # write the members back: everyone is handled one by one
+                k = 0
+                for j in range(first_x):
+                    r = running[j]
+                    if gone[r]:
+                        continue
+                    computed[r] += s
+                    generated[r] += s
+                    target[r] = computed[r] + 1
+                    if lru:  # the private blocks it filled since its last event (_next_event)
+                        full = min(computed[r], prompt_len[r] + generated[r] - 1) // block
+                        if full > n_cached[r]:
+                            kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
+                                            grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
+                            n_cached[r] = full
+                            _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
+                    running[k] = r
+                    k += 1
+                for j in range(first_x, n_run):
+                    running[k] = running[j]
+                    k += 1
+                n_run = k
+                first_x = 0
+                n_mem = 0
+                mem_ctx = NO_CTX
+                stale = False
+                tot_blocks = 0
+                s = 0
+                ring_n[:] = 0
         if n_live == 0 and w_len == 0:
             t = arrival_us[next_arr]
             continue

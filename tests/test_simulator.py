@@ -157,3 +157,20 @@ def test_steady_decode_stretches_are_bit_identical_to_the_general_step(evaluator
             # their hashes late (at a member's write-back), which only this path can observe
             seen["restart_hit"] += int((fast.req_stats[:, S.RESTART_HIT] > wl.prompt_len).sum())
     assert min(seen.values()) > 0, seen  # every hard path was exercised
+
+
+def test_clients_giving_up_together_stay_in_bounds(tmp_path):
+    """Bursts whose clients give up together while members finish around them (many holes at
+    once): under numba's bounds checks (a fresh compilation) no index leaves its array, and
+    members give the request-by-request step's results. An abort that left holes after the
+    write-back decision once overran the running positions (memory corruption, no error)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
+    script = Path(__file__).with_name("abort_storm.py")
+    out = subprocess.run([sys.executable, str(script), "40"], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=Path(__file__).parent.parent)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert int(out.stdout.split("ok: ")[1].split()[0]) > 1000  # the storm did abort requests
