@@ -23,6 +23,18 @@ say little: load averages 1/5/15 min from `uptime` before the run, then after):
   main_job.py --budget 80 --json                  784 MB    1187 MB   8.5 9.0 6.0 -> 9.3 9.3 6.9
   main_job.py --budget 200 --json                 865 MB    1269 MB   7.0 8.6 6.9 -> 9.1 9.8 8.7
 
+The README job itself (`--budget 2000 --json`, embedded default, every held-out regime, 2
+workers, seed 0; nothing else running):
+  commit    wall      eval/s   peak PSS  peak RSS  load before -> after     hands over
+  59f4b0e   1479.5 s  1.352    860 MB    1159 MB   0.16 1.33 1.29 -> 2.00   #1068
+  12f88d7   1530.6 s  1.307    1002 MB   1304 MB   0.65 0.88 1.09 -> 2.11   #1068
+Same archive but for seconds (frontier 203, hypervolume 44.142). 12f88d7's judge costs
+10-11% less CPU per program than da0e82d's back to back (benchmarks/judge_sample.py), but the
+machine ran ~10% slower than at 59f4b0e's run (that benchmark's old figure: 0.73 -> 0.80 s a
+screen); back to back at --budget 300 the two commits took 252 and 251 s (the run's first
+programs read the longest context less: 55% against 84% over 2,000). The 10-minute goal is
+missed by 2.5x.
+
 The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
 own states was ~640 MB RSS once ready, one that adopts them ~340 MB. The archives of the

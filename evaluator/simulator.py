@@ -193,8 +193,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     memo_k = np.full(MEMO, -1, np.int64)  # predicted cycle of members-only steps by (blocks, batch)
     memo_v = np.empty(MEMO)
     # a program that reads the longest context: its members-only steps differ in that alone,
-    # so their other components are looked up by (blocks, batch) instead
-    memo_c = np.empty((MEMO if spread else 1, N_COMPONENTS))
+    # so their other components are looked up by (blocks, batch) instead; rows in the order
+    # they were made (memo_v holds a row's index), so only the rows in use touch memory
+    memo_c = np.empty((MEMO - MEMO // 4 if spread else 1, N_COMPONENTS))
     n_memo = 0
     n_steps = 0
     n_preempt = 0
@@ -574,7 +575,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             dt = memo_v[h]
         else:
             if found:
-                comp[:] = memo_c[h]
+                comp[:] = memo_c[int(memo_v[h])]
                 fill_context(model, n_d, K, ctx, comp)
             else:
                 fill_components(model, P, D, n_p, n_d, float(n_live), K, ctx, comp)
@@ -584,9 +585,11 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 break
             if h >= 0 and not found and n_memo < MEMO - MEMO // 4:
                 memo_k[h] = key
-                memo_v[h] = dt
-                if spread:
-                    memo_c[h] = comp
+                if spread:  # the row of its components
+                    memo_c[n_memo] = comp
+                    memo_v[h] = n_memo
+                else:
+                    memo_v[h] = dt
                 n_memo += 1
         if breakdown and D > 0.0:
             base = dt
