@@ -225,6 +225,16 @@ import numba
 '''
 
 
+def _assignment(row: Row, expr: ast.expr, slot: int | None) -> list[str]:
+    """The kernel lines that compute one row: into its component slot, or a local."""
+    target = f"out[{slot}]" if slot is not None else row.name
+    cond, yes, no = split_conditional(expr)
+    if cond is None:
+        return [f"    {target} = {ast.unparse(yes)}"]
+    return [f"    if {ast.unparse(cond)}:", f"        {target} = {ast.unparse(yes)}",
+            "    else:", f"        {target} = {ast.unparse(no)}"]
+
+
 def kernel_source() -> str:
     """The text of evaluator/components_kernel.py."""
     lines = [_KERNEL_HEAD.rstrip("\n")]
@@ -240,13 +250,7 @@ def kernel_source() -> str:
     for i, (local, _) in enumerate(MODEL_INPUTS):
         lines.append(f"    {local} = model[{i}]")
     for row, expr, slot in checked_rows():
-        target = f"out[{slot}]" if slot is not None else row.name
-        cond, yes, no = split_conditional(expr)
-        if cond is None:
-            lines.append(f"    {target} = {ast.unparse(yes)}")
-        else:
-            lines += [f"    if {ast.unparse(cond)}:", f"        {target} = {ast.unparse(yes)}",
-                      "    else:", f"        {target} = {ast.unparse(no)}"]
+        lines += _assignment(row, expr, slot)
     n_model = len(MODEL_INPUTS)
     for b, at in block_slots():
         end = at + len(b.rows)
@@ -282,13 +286,7 @@ def context_source() -> list[str]:
              '    """Write the components that read ctx_max into `out`, as fill_components does."""']
     lines += [f"    {local} = model[{i}]" for i, (local, _) in enumerate(MODEL_INPUTS) if local in need]
     for row, expr, slot in [(r, e, None) for r, e in inter] + [(r, e, s) for r, e, s in late]:
-        target = f"out[{slot}]" if slot is not None else row.name
-        cond, yes, no = split_conditional(expr)
-        if cond is None:
-            lines.append(f"    {target} = {ast.unparse(yes)}")
-        else:
-            lines += [f"    if {ast.unparse(cond)}:", f"        {target} = {ast.unparse(yes)}",
-                      "    else:", f"        {target} = {ast.unparse(no)}"]
+        lines += _assignment(row, expr, slot)
     return lines
 
 
