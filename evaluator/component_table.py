@@ -270,15 +270,14 @@ def context_source() -> list[str]:
     other components are known (the simulator's steady steps look those up by batch and KV).
     The same formulas as in fill_components, so the same values, bit for bit."""
     rows = checked_rows()
-    first_late = len(COMPONENT_ROWS) + sum(len(b.rows) for b in BLOCKS)
-    late = [(row, expr, slot) for row, expr, slot in rows if slot is not None and slot >= first_late]
+    late = [(row, expr, slot) for row, expr, slot in rows if row in LATE_ROWS]
     need = {n.id for _, expr, _ in late for n in ast.walk(expr) if isinstance(n, ast.Name)}
     inter = []
     for row, expr, slot in reversed(rows):
         if slot is None and row.name in need:
             inter.insert(0, (row, expr))
             need |= {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
-    other = need & set(STEP_INPUTS) - set(CONTEXT_INPUTS)
+    other = need & (set(STEP_INPUTS) - set(CONTEXT_INPUTS))
     if other:
         raise TableError(f"LATE_ROWS read {sorted(other)}: fill_context has only {', '.join(CONTEXT_INPUTS)}")
     lines = ["", "", "@numba.njit(cache=True, fastmath=False)",

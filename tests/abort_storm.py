@@ -32,7 +32,7 @@ def main() -> int:
                 wl = storm(seed, max_seqs)
                 a = simulate(f, c, MV, wl, 4000, max_seqs=max_seqs, spread=spread)
                 b = simulate(f, c, MV, wl, 4000, max_seqs=max_seqs, spread=spread, fast=False)
-                for name in ("status", "ttft_us", "e2e_us", "n_steps", "timed_out"):
+                for name in ("status", "ttft_us", "e2e_us", "n_steps", "n_preempted", "req_stats", "timed_out"):
                     if not np.array_equal(getattr(a, name), getattr(b, name)):
                         print(f"seed {seed}, max_seqs {max_seqs}: {name} differs")
                         return 1
