@@ -33,6 +33,12 @@ Recorded (trace mode, ../shared/data, 2026-11-23, 2-core machine, nothing else r
                as workers start (4042695), 2026-11-24, quiet: local 0.973/s; Ray 1 worker
                0.516/s (0.53x); Ray 2 workers 0.871/s (0.90x). Same bytes.
   once per run: ground truth 19.8 MB, shared states 53.4 MB (143.8 MB with held-out splits).
+  16 experiments (the reasoning workload and every held-out regime: a screen and 9 split jobs
+               per candidate), 59c062d, 2026-11-27 02:09, load 0.07 before, 1.33 after:
+               local 1 worker 0.375/s (0.54x); local 2 workers 0.692/s; Ray 1 worker 0.371/s
+               (0.54x); Ray 2 workers 0.699/s (1.01x): two workers give 1.85x (local) and 1.88x
+               (Ray) one worker's rate. 6,771 B out, 55,325 B back per candidate; once per run
+               ground truth 21.9 MB, shared states 88.8 MB.
 """
 from __future__ import annotations
 

@@ -69,8 +69,9 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_memory(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) in bytes summed over `pid` and its descendants."""
+def tree_memory(pid: int, per_process: dict | None = None) -> tuple[int, int]:
+    """(RSS, PSS) in bytes summed over `pid` and its descendants; `per_process`, when given,
+    gets each process's PSS in bytes by pid (the driver is `pid`)."""
     kids = _children()
     todo, seen, rss, pss = [pid], set(), 0, 0
     while todo:
@@ -88,6 +89,8 @@ def tree_memory(pid: int) -> tuple[int, int]:
         n = re.search(r"^Pss:\s+(\d+) kB", text, re.M)
         rss += int(m.group(1)) * 1024 if m else 0
         pss += int(n.group(1)) * 1024 if n else 0
+        if per_process is not None and n:
+            per_process[p] = int(n.group(1)) * 1024
     return rss, pss
 
 
@@ -112,22 +115,36 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     peak_rss = peak_pss = 0
+    at_peak: dict[int, int] = {}  # PSS per process when the tree's PSS peaked
+    driver_peak = 0
     out: list[str] = []
     import threading
     reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
     reader.start()
     while proc.poll() is None:
-        rss, pss = tree_memory(proc.pid)
+        each: dict[int, int] = {}
+        rss, pss = tree_memory(proc.pid, each)
+        driver_peak = max(driver_peak, each.get(proc.pid, 0))
+        if pss > peak_pss:
+            at_peak = each
         peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
         time.sleep(0.5)
     reader.join(5)
     wall = time.perf_counter() - t0
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)  # the run and every process it waited for
+    cpu = ru.ru_utime + ru.ru_stime
     text = "".join(out)
     m = re.search(r"(\d+) evaluations in", text)
     n = int(m.group(1)) if m else None
     res = {"command": " ".join(cmd), "rc": proc.returncode, "wall_s": round(wall, 1),
            "evaluations": n, "evaluations_per_s": round(n / wall, 3) if n else None,
            "peak_rss_mb": round(peak_rss / 2**20), "peak_pss_mb": round(peak_pss / 2**20),
+           "driver_peak_pss_mb": round(driver_peak / 2**20),
+           "cpu_s": round(cpu, 1), "cpu_per_wall": round(cpu / wall, 2),
+           # at the tree's peak: the driver first, then the other processes largest first
+           "pss_at_peak_mb": [round(at_peak.get(proc.pid, 0) / 2**20)] +
+                             sorted((round(v / 2**20) for p, v in at_peak.items() if p != proc.pid), reverse=True),
            "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
            "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "use #"))]}
     if a.json:

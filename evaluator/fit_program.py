@@ -83,7 +83,8 @@ def refine(data: JudgeData, program, f, consts: dict, first: Replay, measured: b
 
 def unphysical(data: JudgeData, f, consts: dict, params=()) -> str | None:
     """Why these constants make the program unphysical (`evaluator.physics`), or None:
-    below the hardware floor on a probe state or the grid, or faster with more work."""
+    below the hardware floor or above its ceiling on a probe state or the grid, or faster
+    with more work."""
     by_model = grids(data)
     for key, exps in sorted(data.groups().items()):
         c = consts.get(key)

@@ -265,12 +265,13 @@ class FitProblem:
             if nr + nf + npair:
                 if self.n_cons:
                     w = self.work
-                    fpos, fl, lo, hi, allow = w.floor_pos, w.floor, w.lo_pos, w.hi_pos, w.allow
+                    fpos, fl, cl, lo, hi, allow = w.floor_pos, w.floor, w.ceil, w.lo_pos, w.hi_pos, w.allow
                     wf, wm = self.heavier * self.w_floor, self.heavier * self.w_mono
                 else:
-                    fpos, fl, lo, hi, allow, wf, wm = _NO_ROWS, _NO_VALS, _NO_ROWS, _NO_ROWS, _NO_VALS, 0.0, 0.0
+                    fpos, fl, cl, lo, hi, allow, wf, wm = (_NO_ROWS, _NO_VALS, _NO_VALS, _NO_ROWS, _NO_ROWS,
+                                                           _NO_VALS, 0.0, 0.0)
                 _row_blocks(p, J if J is not None else self._no_jac, J is not None, self.n_st, self.Ry, self.row_w,
-                            fpos, fl, lo, hi, allow, wf, wm, r[head:m - n], Jr[head:m - n])
+                            fpos, fl, cl, lo, hi, allow, wf, wm, r[head:m - n], Jr[head:m - n])
             # a faint pull towards the declared values: it decides only the directions the data
             # does not feel (OVERHEAD against EFFICIENCY * t_weights for a dense model), which
             # otherwise drift to +-1e6 pairs that cancel (evaluator.identify reports them)
@@ -314,14 +315,14 @@ _NO_VALS = np.zeros(0)
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _row_blocks(p, J, jac, n_st, Ry, row_w, floor_pos, floor, lo_pos, hi_pos, allow, w_floor, w_mono, r, Jr):
+def _row_blocks(p, J, jac, n_st, Ry, row_w, floor_pos, floor, ceil, lo_pos, hi_pos, allow, w_floor, w_mono, r, Jr):
     """Residuals (and with `jac` their Jacobian rows) of the step rows, then the working set's
     floor rows and grid pairs, into r and Jr from row 0. p and J hold the states first (n_st
     rows), then the step rows, then the working set's constraint rows.
 
     Step row: its relative error (an invalid prediction, NaN or < 1 us: INVALID_PENALTY).
-    Floor row: the relative shortfall below the floor with the fit's margin (`floor` has it;
-    a non-finite prediction: 2). Pair (lo, hi) of a grid line: the relative fall from lo to
+    Floor row: the relative shortfall below the floor, or excess above the ceiling, with the
+    fit's margin (`floor` and `ceil` have it; a non-finite prediction: 2). Pair (lo, hi) of a grid line: the relative fall from lo to
     hi beyond what the measured components allow, plus MONO_MARGIN, where positive (a pair
     with a non-finite end: counted from 0 and 0, without derivative)."""
     n = J.shape[1]
@@ -343,9 +344,11 @@ def _row_blocks(p, J, jac, n_st, Ry, row_w, floor_pos, floor, lo_pos, hi_pos, al
         denom = max(floor[f], 1e-9)
         if np.isfinite(x):
             below = max(0.0, (floor[f] - x) / denom)
-            r[o] = w_floor * below
-            if jac and below > 0.0:
-                d = w_floor * (-1.0 / denom)
+            top = max(ceil[f], 1e-9)
+            above = max(0.0, (x - ceil[f]) / top)
+            r[o] = w_floor * (below + above)
+            if jac and (below > 0.0 or above > 0.0):
+                d = w_floor * (-1.0 / denom if below > 0.0 else 1.0 / top)
                 for k in range(n):
                     Jr[o, k] = d * J[c0 + floor_pos[f], k]
         else:
@@ -443,6 +446,7 @@ class _ActiveSet:
         pos = np.cumsum(carried) - 1  # a carried row's position among the carried rows
         self.floor_pos, self.lo_pos, self.hi_pos = pos[self.floor_idx], pos[lo], pos[hi]
         self.floor = c.floor[self.floor_idx] * (1.0 + FLOOR_MARGIN)
+        self.ceil = c.ceiling[self.floor_idx] * (1.0 - FLOOR_MARGIN)
         self.allow = c.allow[self.pair_idx] if c.allow is not None else np.zeros(len(self.pair_idx))
 
     def grow(self, pred_all: np.ndarray) -> bool:

@@ -24,6 +24,14 @@ above 99.7% of the experts from 20 tokens on); no MoE step rows exist to check i
 
 Tolerances: relative 1e-9 for float noise, both for the floor and for monotonicity.
 
+A ceiling too: no step is predicted above CEILING (10) times its hardware floor, the floor taken
+with every running request's KV read (`ceiling_us`). The 1,967 real step cycles reach at most
+4.0x the floor (codellama-34b 3.1x, llama-2-70b 4.0x; benchmarks/floor_check.py), so the rule
+costs a physical program nothing. What it catches is a pole or a runaway term: a trace run on
+the 16 experiments (2026-11-26) handed over `t_step_measured / (1 + A * (1 + B * t_decode_spread
+* ...))`, whose fit put the pole on the grid's widest spread, 3e11 us (3.4 days) for one step of
+128 decodes on llama-2-70b; it is monotone and above the floor, so nothing else stopped it.
+
 One measured exception: vLLM's decode-attention kernel is faster when the same KV is spread over
 more requests (more blocks in flight), so the measured components (`t_*_measured`) can fall by a
 few % when a decoder joins at a fixed K (docs/kernels.md). A program may fall along a grid line
@@ -43,6 +51,7 @@ from evaluator.server_config import DEFAULT_MAX_MODEL_LEN  # noqa: F401 (re-expo
 from evaluator.step_scoring import predict_rows
 
 REL_TOL = 1e-9  # float noise allowed below the floor / along a line of growing work
+CEILING = 10.0  # no step above this many times `ceiling_us`'s floor (measured steps: at most 4.0x)
 
 _CI = COMPONENT_INDEX
 
@@ -60,13 +69,26 @@ def floor_us(X: np.ndarray) -> np.ndarray:
     return np.maximum(compute, memory)
 
 
+def ceiling_us(X: np.ndarray) -> np.ndarray:
+    """The most a step may take (us) per component row: CEILING times the floor with the KV of
+    every running request read (a state whose running requests sit out is not made cheaper
+    for the ceiling than vLLM, which schedules them all, would make it)."""
+    X = np.asarray(X, np.float64)
+    compute = X[:, _CI["t_prefill_gemm"]] + X[:, _CI["t_prefill_attn"]] + X[:, _CI["t_decode_gemm"]] \
+        + X[:, _CI["t_lm_head"]]
+    return CEILING * np.maximum(compute, X[:, _CI["t_weights"]] + X[:, _CI["t_decode_kv"]])
+
+
 def describe_state(x: np.ndarray) -> str:
-    """One-line description of a component row by its aggregates (what a reader can picture)."""
+    """One-line description of a component row by its aggregates (what a reader can picture);
+    the longest decoding context where it is above the mean (a spread of contexts)."""
     def g(name):
         v = float(x[_CI[name]])
         return f"{v:.0f}" if v < 1e5 else f"{v:.2g}"
+    spread = x[_CI["ctx_max"]] > mean_context(x[_CI["K"]], x[_CI["n_decode"]]) * (1.0 + 1e-9) + 1e-9
     return (f"P={g('P')} D={g('D')} K={g('K')} B={g('B')} n_prefill={g('n_prefill')} "
-            f"n_decode={g('n_decode')} (layers={g('layers')} tp={g('tp')})")
+            f"n_decode={g('n_decode')}{' ctx_max=' + g('ctx_max') if spread else ''} "
+            f"(layers={g('layers')} tp={g('tp')})")
 
 
 # ---------------------------------------------------------------- extrapolation grid
@@ -229,18 +251,27 @@ def _fmt_us(v: float) -> str:
 
 
 def floor_violation(pred: np.ndarray, X: np.ndarray) -> str | None:
-    """None if every prediction is at or above the hardware floor, else the worst offender."""
+    """None if every prediction lies between the hardware floor and the ceiling (`ceiling_us`),
+    else the worst offender: a non-finite prediction, then the furthest below the floor, then
+    the furthest above the ceiling."""
     fl = floor_us(X)
     bad = ~np.isfinite(pred)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         return f"non-finite prediction at {describe_state(X[i])}: {pred[i]}"
     short = pred < fl * (1.0 - REL_TOL)
-    if not short.any():
+    if short.any():
+        i = int(np.argmin(np.where(short, pred / fl, np.inf)))
+        return (f"below the hardware floor at {describe_state(X[i])}: {pred[i]:.0f} us < floor {fl[i]:.0f} us "
+                f"({int(short.sum())} of {len(pred)} states below)")
+    top = ceiling_us(X)
+    over = pred > top * (1.0 + REL_TOL)
+    if not over.any():
         return None
-    i = int(np.argmin(np.where(short, pred / fl, np.inf)))
-    return (f"below the hardware floor at {describe_state(X[i])}: {pred[i]:.0f} us < floor {fl[i]:.0f} us "
-            f"({int(short.sum())} of {len(pred)} states below)")
+    i = int(np.argmax(np.where(over, pred / top, -np.inf)))
+    return (f"above {CEILING:g}x the hardware floor at {describe_state(X[i])}: {_fmt_us(pred[i])} > "
+            f"{_fmt_us(top[i])}, a pole or a runaway term (measured steps reach 4x; {int(over.sum())} of "
+            f"{len(pred)} states above)")
 
 
 def measured_read(params) -> list[int]:
@@ -336,10 +367,11 @@ def check_by_model(predict, consts: dict, probes: dict | None, grids: dict, read
 
 @dataclass(frozen=True)
 class Constraints:
-    """The states a fit must keep physical, stacked once per fitting group: predictions at or
-    above `floor` on every row of X, and X[lo] <= X[hi] along every consecutive grid pair."""
+    """The states a fit must keep physical, stacked once per fitting group: predictions between
+    `floor` and `ceiling` on every row of X, and X[lo] <= X[hi] along every consecutive grid pair."""
     X: np.ndarray
     floor: np.ndarray
+    ceiling: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
     allow: np.ndarray | None = None  # per pair: relative fall allowed (`for_program`)
@@ -349,7 +381,8 @@ class Constraints:
         read = measured_read(params)
         if not read:
             return self
-        return Constraints(self.X, self.floor, self.lo, self.hi, allowed_fall(self.X[self.lo], self.X[self.hi], read))
+        return Constraints(self.X, self.floor, self.ceiling, self.lo, self.hi,
+                           allowed_fall(self.X[self.lo], self.X[self.hi], read))
 
 
 def constraints(probes: np.ndarray | None, grids) -> Constraints:
@@ -366,17 +399,19 @@ def constraints(probes: np.ndarray | None, grids) -> Constraints:
         base += n_lines * width
     X = np.ascontiguousarray(np.vstack(blocks)) if blocks else np.zeros((0, N_COMPONENTS))
     cat = lambda a: np.concatenate(a).astype(np.int64) if a else np.zeros(0, np.int64)  # noqa: E731
-    return Constraints(X, floor_us(X), cat(lo), cat(hi))
+    return Constraints(X, floor_us(X), ceiling_us(X), cat(lo), cat(hi))
 
 
 def constraint_residuals(pred: np.ndarray, c: Constraints, floor_margin: float = 0.0,
                          mono_margin: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """(relative shortfall below the floor per row, relative fall per grid pair beyond what the
-    measured components allow); zero where physical. Non-finite predictions count as a full
-    shortfall. The margins aim inside the rules (the fit's penalties); the checks use none."""
+    """(relative shortfall below the floor or excess above the ceiling per row, relative fall
+    per grid pair beyond what the measured components allow); zero where physical. Non-finite
+    predictions count as a full shortfall. The margins aim inside the rules (the fit's
+    penalties); the checks use none."""
     floor = c.floor * (1.0 + floor_margin)
+    ceiling = c.ceiling * (1.0 - floor_margin)
     p = np.where(np.isfinite(pred), pred, -floor)
-    below = floor_residuals(p, floor)
+    below = floor_residuals(p, floor) + np.maximum(0.0, (p - ceiling) / np.maximum(ceiling, 1e-9))
     a, b = p[c.lo], p[c.hi]
     allow = c.allow if c.allow is not None else 0.0
     fall = np.maximum(0.0, (a - b) / np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-9) - allow + mono_margin)

@@ -6,19 +6,26 @@ import pytest
 
 from evaluator.components import COMPONENT_INDEX as CI
 from evaluator.components import N_COMPONENTS, components_for_model_spread, components_matrix
-from evaluator.physics import (REL_TOL, check_by_model, check_program, extrapolation_grid, floor_residuals,
-                               floor_us, grid_rows, model_grids, monotone_residuals, monotonicity_violation)
+from evaluator.physics import (CEILING, REL_TOL, ceiling_us, check_by_model, check_program, extrapolation_grid,
+                               floor_residuals, floor_us, floor_violation, grid_rows, measured_read, model_grids,
+                               monotone_residuals, monotonicity_violation)
 from evaluator.program import parse_program
 from evaluator.step_scoring import build_step_rows, predict_rows
 from seeds import seed_sources
 from evaluator.blis_models import BLACKBOX_SOURCE
 
-BIG = 1e6  # 1 s: above every floor on the grid, so only monotonicity can fail
+BIG = 1e6  # 1 s: above every floor on the grid (and above the ceiling of most states: monotonicity
+# is then checked on its own, `falls`)
 
 
 def prog(body: str, params: str, consts: str = "") -> tuple:
     p = parse_program(f"{consts}\n\ndef predict_step_time({params}):\n    return {body}\n")
     return p.compiled(), p.initial_constants
+
+
+def falls(f, c, G, read=None) -> str | None:
+    """The monotonicity rule alone on a grid (`check_program` checks the floor and ceiling first)."""
+    return monotonicity_violation(predict_rows(f, grid_rows(G), c), G, read)
 
 
 @pytest.fixture(scope="module")
@@ -98,11 +105,49 @@ def test_grid_is_recomputed_from_the_aggregates(gt):
 
 
 def test_a_wider_spread_of_contexts_making_a_step_faster_fails(grids):
-    f, c = prog("BIG + t_weights + t_decode_kv_max - 2.0 * t_decode_kv_max", "t_weights, t_decode_kv_max",
-                f"BIG = {BIG}")
+    # above the floor (every floor term plus a positive one) and far below the ceiling, but the
+    # last term shrinks as the longest context grows at a fixed KV held
+    f, c = prog("t_weights + t_decode_kv + t_prefill_gemm + t_prefill_attn + t_decode_gemm + t_lm_head"
+                " + t_decode_kv * t_decode_kv / (t_decode_kv_max + t_decode_kv + ONE)",
+                "t_weights, t_decode_kv, t_prefill_gemm, t_prefill_attn, t_decode_gemm, t_lm_head, t_decode_kv_max",
+                "ONE = 1.0")
     for G in grids.values():
         why = check_program(f, c, None, G)
         assert why.startswith("gets faster with more work: ") and "+ctx_max" in why.split(" at ")[0], why
+
+
+def _spread_amplifier(G, gain: float):
+    """`t_step_measured / (1 + AMP * (1 + GROW * t_decode_spread))` (the shape a trace run
+    handed over) with its constants set so the step at the grid's widest spread is `gain` times the kernels'."""
+    s_max = float(grid_rows(G)[:, CI["t_decode_spread"]].max())
+    a = -0.02
+    b = ((1.0 / gain - 1.0) / a - 1.0) / s_max
+    return prog("t_step_measured / (1 + AMP * (1 + GROW * t_decode_spread))", "t_step_measured, t_decode_spread",
+                f"AMP = {a}\nGROW = {b}")
+
+
+def test_a_pole_in_the_spread_is_above_the_ceiling(grids):
+    """A program can grow with the spread, stay above the floor and never fall, and still predict
+    a step of hours: near its pole. No step is predicted above CEILING x its floor."""
+    read = measured_read(["t_step_measured"])  # the measured kernels' own falls are allowed
+    for model, G in grids.items():
+        f, c = _spread_amplifier(G, 1e4)
+        assert falls(f, c, G, read) is None  # monotone: nothing but the ceiling stops it
+        why = check_program(f, c, None, G, read)
+        assert why.startswith(f"above {CEILING:g}x the hardware floor at P=0 D=") and "ctx_max=" in why, (model, why)
+        assert "a pole or a runaway term" in why
+        f, c = _spread_amplifier(G, 2.0)  # twice the kernels' time at the widest spread: allowed
+        assert check_program(f, c, None, G, read) is None, model
+
+
+def test_the_ceiling_is_ten_times_the_floor_with_all_kv_read(grids):
+    G = grid_rows(grids["llama-2-70b"])
+    top = ceiling_us(G)
+    assert (top >= CEILING * floor_us(G) * (1 - 1e-12)).all()  # never below the floor's 10x
+    kv_all = CEILING * (G[:, CI["t_weights"]] + G[:, CI["t_decode_kv"]])
+    assert (top >= kv_all * (1 - 1e-12)).all() and (top > CEILING * floor_us(G)).any()  # B lines: all KV
+    assert floor_violation(top * (1 - 1e-6), G) is None
+    assert floor_violation(top * (1 + 1e-6), G).startswith(f"above {CEILING:g}x the hardware floor")
 
 
 def test_physical_program_passes(grids):
@@ -139,7 +184,7 @@ def test_floor_on_probes_only(grids):
 def test_faster_with_more_work_fails(grids, body, params, stepped):
     f, c = prog(body, params, f"BIG = {BIG}")
     for G in grids.values():
-        why = check_program(f, c, grid_rows(G), G)
+        why = falls(f, c, G)
         assert why.startswith("gets faster with more work: "), why
         assert stepped in why.split(" at ")[0]
 
@@ -147,7 +192,7 @@ def test_faster_with_more_work_fails(grids, body, params, stepped):
 def test_prefill_making_a_step_faster_fails(grids):
     f, c = prog("PREFILL_BASE if P > 0 else DECODE_BASE", "P",
                 f"PREFILL_BASE = {BIG}\nDECODE_BASE = {BIG + 500}")
-    why = check_program(f, c, None, grids["llama-2-7b"])
+    why = falls(f, c, grids["llama-2-7b"])
     assert why.startswith("gets faster with more work: +P+n_prefill at P=0")
 
 
@@ -157,7 +202,7 @@ def test_more_prefill_requests_making_a_step_faster_fails(grids):
     f, c = prog("BIG + t_prefill_gemm + t_weights - PER_PREFILL * n_prefill",
                 "t_prefill_gemm, t_weights, n_prefill", f"BIG = {BIG}\nPER_PREFILL = 200.0")
     for G in grids.values():
-        why = check_program(f, c, None, G)
+        why = falls(f, c, G)
         assert why.startswith("gets faster with more work: +P+n_prefill"), why
 
 
@@ -218,7 +263,8 @@ def test_soft_residuals_vanish_exactly_where_the_checks_pass(grids):
         pred = predict_rows(f, X, c)
         fr, mr = floor_residuals(pred, fl), monotone_residuals(pred, G.shape)
         assert (fr >= 0).all() and (mr >= 0).all()
-        assert (fr.max() > 0) == (check_program(f, c, X, None) is not None)
+        why = check_program(f, c, X, None)  # BIG - D is also above the ceiling: not a floor residual
+        assert (fr.max() > 0) == (why is not None and why.startswith("below the hardware floor"))
         assert (mr.max() > REL_TOL) == (monotonicity_violation(pred, G) is not None)
 
 
