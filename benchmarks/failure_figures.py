@@ -22,11 +22,11 @@ from evaluator.data import load  # noqa: E402
 from evaluator.evaluate import Evaluator  # noqa: E402
 from evaluator.program import parse_program  # noqa: E402
 from evaluator.simulator import outcomes_by_stage, simulate  # noqa: E402
-from failed_fixture import CONST_PROGRAM, STEP_US, write_overloaded  # noqa: E402
+from failed_fixture import CONST_PROGRAM, MODEL, STEP_US, write_overloaded  # noqa: E402
 
 
 def synthetic() -> None:
-    zero = {"llama-2-7b": {"queueing_us": 0.0, "queueing_per_input_token_us": 0.0, "output_token_us": 0.0,
+    zero = {MODEL: {"queueing_us": 0.0, "queueing_per_input_token_us": 0.0, "output_token_us": 0.0,
                            "post_decode_us": 0.0}}
     with tempfile.TemporaryDirectory() as d:
         gt = load(write_overloaded(Path(d)))
@@ -35,11 +35,11 @@ def synthetic() -> None:
         print("synthetic overloaded experiment (60 requests, 1/s, 10 s service one at a time, 300 s timeout)")
         for label, step in (("step 100 ms (the truth)", STEP_US), ("step 200 ms", 2 * STEP_US),
                             ("step 50 ms", STEP_US / 2)):
-            (r,) = ev.evaluate(prog, constants={"llama-2-7b": [step]}, overheads=zero, fit=False).rows
+            (r,) = ev.evaluate(prog, constants={MODEL: [step]}, overheads=zero, fit=False).rows
             print(f"  {label:24s} measured failed {100 * r['meas_fail']:5.1f}%  simulated {100 * r['pred_fail']:5.1f}%"
                   f"  ({r['finished']} finished, {r['timed_out']} timed out)  error {r['fail_err_pts']:.1f} pts")
         fitted = Evaluator(gt).evaluate(prog)
-        print(f"  fitted STEP = {fitted.constants['llama-2-7b'][0]:.1f} us (training part: the first 70%)")
+        print(f"  fitted STEP = {fitted.constants[MODEL][0]:.1f} us (training part: the first 70%)")
 
 
 def real(data: str | None, program: str) -> None:

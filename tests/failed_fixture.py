@@ -1,7 +1,11 @@
 """An overloaded experiment in the ground-truth layout whose outcome is worked out by hand.
 
-One sequence at a time (max_num_seqs 1), a fixed 100 ms step, 32-ish-token prompts (one
-prefill step) and 100 generated tokens: every request takes 100 steps = 10 s of service.
+llama-2-70b on one GPU (its single-decode hardware floor, the weights read once, is 41 ms, so
+a 50-200 ms step is physical: the judge refuses a step above 10x the floor, which a 100 ms
+step of llama-2-7b would be). One sequence at a time (max_num_seqs 1), a fixed 100 ms step
+(CONST_PROGRAM: the floor where that is longer, never on this experiment's states), 32-ish-token
+prompts (one prefill step) and 100 generated tokens: every request takes 100 steps = 10 s of
+service.
 One request arrives every second for 60 s; the client timeout is 300 s.
 Served in order, request j finishes at 10 (j + 1) s, so its E2E is 9 j + 10 s and its TTFT
 9 j + 0.1 s: requests 0..32 finish (j = 32: 298 s), request 33 would need 307 s. At 330 s
@@ -18,12 +22,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-EXP = "20260301-000000-llama-2-7b-tp1-overload"
+EXP = "20260301-000000-llama-2-70b-tp1-overload"
+MODEL = "llama-2-70b"
 STEP_US = 100_000.0
 N_REQ = 60
 N_OK = 33
 POOL = 10
-CONST_PROGRAM = "STEP = 100000.0\ndef predict_step_time(P):\n    return STEP + 0 * P\n"
+# STEP wherever it is above the hardware floor (every state this experiment visits: one decode
+# or one prompt of ~32 tokens), the floor at heavier states (a 2,048-token chunk: 289 ms)
+CONST_PROGRAM = ("STEP = 100000.0\ndef predict_step_time(t_weights, t_decode_kv, t_prefill_gemm, t_prefill_attn, "
+                 "t_decode_gemm, t_lm_head):\n    return max(STEP, t_weights + t_decode_kv, t_prefill_gemm + "
+                 "t_prefill_attn + t_decode_gemm + t_lm_head)\n")
 
 
 def prompt_of(j: int) -> int:
@@ -47,7 +56,7 @@ def write_overloaded(root: Path, requests: pd.DataFrame | None = None, timeout=N
     d = root / "experiments" / EXP
     d.mkdir(parents=True)
     (d / "exp-config.yaml").write_text(
-        "model: meta-llama/Llama-2-7b-hf\ntensor_parallelism: 1\nmax_num_seqs: 1\n"
+        "model: meta-llama/Llama-2-70b-hf\ntensor_parallelism: 1\nmax_num_seqs: 1\n"
         "max_num_batched_tokens: 2048\nblock_size: 16\nkv_blocks_total_gpu: 1000\n")
     load = {"stages": [{"rate": 1.0, "duration": 60}]}
     if timeout is not None:

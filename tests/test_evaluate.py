@@ -91,8 +91,11 @@ def test_invalid_program_is_reported(evaluator):
     assert not res.valid and res.error.startswith("unphysical: below the hardware floor")
     assert res.sim_steps == 0 and all(math.isinf(v) for v in res.objectives.values())
     # a program whose only fault is falling with more work is refused for that, naming the aggregate
-    res = evaluator.evaluate(parse_program("C = 1e6\n\ndef predict_step_time(D, t_weights, t_decode_kv):\n"
-                                           "    return C + t_weights + t_decode_kv - 10.0 * D\n"), fit=False)
+    # (twice the floor: above it and below the ceiling, 10x, everywhere)
+    res = evaluator.evaluate(parse_program(
+        "def predict_step_time(D, t_weights, t_decode_kv, t_prefill_gemm, t_prefill_attn, t_decode_gemm, t_lm_head):\n"
+        "    return 2.0 * max(t_weights + t_decode_kv, t_prefill_gemm + t_prefill_attn + t_decode_gemm + t_lm_head)"
+        " - 0.5 * D\n"), fit=False)
     assert not res.valid and "gets faster with more work: +D" in res.error
 
 

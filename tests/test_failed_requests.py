@@ -12,7 +12,7 @@ from evaluator.evaluate import Evaluator
 from evaluator.program import parse_program
 from evaluator.simulator import Workload, outcomes_by_stage, simulate
 from evaluator.workload import trace_workload
-from failed_fixture import CONST_PROGRAM, EXP, N_OK, N_REQ, POOL, STEP_US, overloaded_requests, prompt_of, \
+from failed_fixture import CONST_PROGRAM, EXP, MODEL, N_OK, N_REQ, POOL, STEP_US, overloaded_requests, prompt_of, \
     write_overloaded
 
 MV = np.array([32, 4096, 32, 32, 128, 11008, 0, 0, 32000, 1, 989.5e12, 3.35e12, 450e9], float)
@@ -104,20 +104,20 @@ def test_mixed_rows_partial_failures_are_kept(tmp_path):
 
 
 @pytest.mark.parametrize("row, change, message", [
-    (3, {"input_tokens": 0}, "row 3 (experiment 20260301-000000-llama-2-7b-tp1-overload): column 'input_tokens' "
+    (3, {"input_tokens": 0}, f"row 3 (experiment {EXP}): column 'input_tokens' "
      "must be >= 1 (a failed request has has_error true, input_tokens and output_tokens 0 and no ttft_s) (got 0)"),
-    (45, {"output_tokens": 5}, "row 45 (experiment 20260301-000000-llama-2-7b-tp1-overload): column "
+    (45, {"output_tokens": 5}, f"row 45 (experiment {EXP}): column "
      "'input_tokens' must be >= 1 (a failed request has has_error true, input_tokens and output_tokens 0 and "
      "no ttft_s) (got 0)"),
-    (45, {"ttft_s": 1.0}, "row 45 (experiment 20260301-000000-llama-2-7b-tp1-overload): column 'input_tokens' "
+    (45, {"ttft_s": 1.0}, f"row 45 (experiment {EXP}): column 'input_tokens' "
      "must be >= 1 (a failed request has has_error true, input_tokens and output_tokens 0 and no ttft_s) (got 0)"),
-    (7, {"output_tokens": -1}, "row 7 (experiment 20260301-000000-llama-2-7b-tp1-overload): column "
+    (7, {"output_tokens": -1}, f"row 7 (experiment {EXP}): column "
      "'output_tokens' must be >= 0 (got -1)"),
-    (8, {"arrival_time_us": -5}, "row 8 (experiment 20260301-000000-llama-2-7b-tp1-overload): column "
+    (8, {"arrival_time_us": -5}, f"row 8 (experiment {EXP}): column "
      "'arrival_time_us' must be >= 0 (got -5)"),
-    (50, {"e2e_s": -1.0}, "row 50 (experiment 20260301-000000-llama-2-7b-tp1-overload): column 'e2e_s' "
+    (50, {"e2e_s": -1.0}, f"row 50 (experiment {EXP}): column 'e2e_s' "
      "must be >= 0 or missing for a failed request (got -1.0)"),
-    (2, {"e2e_s": 1.0}, "row 2 (experiment 20260301-000000-llama-2-7b-tp1-overload): column 'e2e_s' "
+    (2, {"e2e_s": 1.0}, f"row 2 (experiment {EXP}): column 'e2e_s' "
      "must be >= ttft_s (e2e < ttft) (got 1.0)"),
 ])
 def test_invalid_rows_get_one_exact_line(tmp_path, row, change, message):
@@ -136,7 +136,7 @@ def overloaded_gt(tmp_path_factory):
 
 
 def _zero_overheads():
-    return {"llama-2-7b": {"queueing_us": 0.0, "queueing_per_input_token_us": 0.0, "output_token_us": 0.0,
+    return {MODEL: {"queueing_us": 0.0, "queueing_per_input_token_us": 0.0, "output_token_us": 0.0,
                            "post_decode_us": 0.0}}
 
 
@@ -144,7 +144,7 @@ def test_judge_scores_failure_fraction_and_successes(overloaded_gt):
     """All 60 requests reported (train_fraction 0): the fixed-step program reproduces the
     measurement, so the failure error is 0 points and E2E/TTFT over the 33 successes match."""
     ev = Evaluator(overloaded_gt, train_fraction=0.0)
-    res = ev.evaluate(parse_program(CONST_PROGRAM), constants={"llama-2-7b": [STEP_US]},
+    res = ev.evaluate(parse_program(CONST_PROGRAM), constants={MODEL: [STEP_US]},
                       overheads=_zero_overheads(), fit=False)
     assert res.valid, res.error
     (row,) = res.rows
@@ -164,15 +164,15 @@ def test_judge_failure_error_in_points_and_mostly_failed_stage(overloaded_gt):
     measured 45%. With timeouts off nothing fails (45 points off)."""
     prog = parse_program(CONST_PROGRAM)
     ev = Evaluator(overloaded_gt, train_fraction=0.0)
-    res = ev.evaluate(prog, constants={"llama-2-7b": [2 * STEP_US]}, overheads=_zero_overheads(), fit=False)
+    res = ev.evaluate(prog, constants={MODEL: [2 * STEP_US]}, overheads=_zero_overheads(), fit=False)
     (row,) = res.rows
     assert row["timed_out"] == 45 and row["fail_err_pts"] == pytest.approx(30.0)
     assert math.isfinite(row["e2e_err"])
     off = Evaluator(overloaded_gt, train_fraction=0.0, timeouts=False).evaluate(
-        prog, constants={"llama-2-7b": [STEP_US]}, overheads=_zero_overheads(), fit=False)
+        prog, constants={MODEL: [STEP_US]}, overheads=_zero_overheads(), fit=False)
     assert off.rows[0]["timed_out"] == 0 and off.rows[0]["fail_err_pts"] == pytest.approx(45.0)
     # the default split reports arrivals after 42 s: all measured failures -> latency not scored
-    held = Evaluator(overloaded_gt).evaluate(prog, constants={"llama-2-7b": [STEP_US]},
+    held = Evaluator(overloaded_gt).evaluate(prog, constants={MODEL: [STEP_US]},
                                              overheads=_zero_overheads(), fit=False)
     (row,) = held.rows
     assert row["meas_fail"] == 1.0 and row["e2e_err"] is None and row["fail_err_pts"] == pytest.approx(0.0)
@@ -235,7 +235,7 @@ def test_no_failure_objective_without_measured_failures(tmp_path):
     gt = load_ground_truth(write_overloaded(tmp_path, req))
     ev = Evaluator(gt, train_fraction=0.0)
     assert not ev.has_failures
-    res = ev.evaluate(parse_program(CONST_PROGRAM), constants={"llama-2-7b": [STEP_US]},
+    res = ev.evaluate(parse_program(CONST_PROGRAM), constants={MODEL: [STEP_US]},
                       overheads=_zero_overheads(), fit=False)
     (row,) = res.rows
     assert row["meas_fail"] == 0.0 and row["pred_fail"] == 0.0 and row["timed_out"] == 0

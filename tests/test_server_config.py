@@ -214,7 +214,9 @@ BURST = "20260301-000000-llama-2-7b-tp1-burst"
 
 def _write_burst(root: Path, f, c) -> Path:
     """40 requests sent at one instant (a burst: inference-perf or `vllm bench` at rate inf),
-    served 4 at a time at a fixed 100 ms step; the measured timings are those the simulator
+    served 4 at a time at a fixed 35 ms step (a constant step of llama-2-7b is physical between
+    its floor on a full 2,048-token chunk, ~28 ms, and ten times its floor on one decode,
+    ~40 ms); the measured timings are those the simulator
     gives that server, so a correct judge scores the stage with no error."""
     n, prompt, gen = 40, 32, 20
     wl = _wl([prompt] * n, [gen] * n)
@@ -247,9 +249,9 @@ def test_burst_stage_is_scored(tmp_path):
     time, the stage had no held-out request and was dropped from the scores. Split by send
     order it is scored on its last 30% (12 requests), without error on this exact fixture."""
     from evaluator.evaluate import Evaluator
-    p = parse_program("STEP = 50000.0\ndef predict_step_time(P):\n    return STEP + 0 * P\n")
+    p = parse_program("STEP = 30000.0\ndef predict_step_time(P):\n    return STEP + 0 * P\n")
     f = p.compiled()
-    root = _write_burst(tmp_path, f, np.array([100000.0]))
+    root = _write_burst(tmp_path, f, np.array([35000.0]))
     ev = Evaluator(load(root))
     train = ev.train_mask[BURST]
     assert train.sum() == 28 and not train[28:].any()
