@@ -322,9 +322,10 @@ def _row_blocks(p, J, jac, n_st, Ry, row_w, floor_pos, floor, ceil, lo_pos, hi_p
 
     Step row: its relative error (an invalid prediction, NaN or < 1 us: INVALID_PENALTY).
     Floor row: the relative shortfall below the floor, or excess above the ceiling, with the
-    fit's margin (`floor` and `ceil` have it; a non-finite prediction: 2). Pair (lo, hi) of a grid line: the relative fall from lo to
-    hi beyond what the measured components allow, plus MONO_MARGIN, where positive (a pair
-    with a non-finite end: counted from 0 and 0, without derivative)."""
+    fit's margin (`floor` and `ceil` have it; a non-finite prediction: 2).
+    Pair (lo, hi) of a grid line: the relative fall from lo to hi beyond what the measured
+    components allow, plus MONO_MARGIN, where positive (a pair with a non-finite end: counted
+    from 0 and 0, without derivative)."""
     n = J.shape[1]
     nr = Ry.shape[0]
     c0 = n_st + nr  # first constraint row in p

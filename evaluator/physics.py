@@ -56,11 +56,16 @@ CEILING = 10.0  # no step above this many times `ceiling_us`'s floor (measured s
 _CI = COMPONENT_INDEX
 
 
+def _compute_us(X: np.ndarray) -> np.ndarray:
+    """The step's FLOPs at peak (us) per component row: both the floor and the ceiling take it."""
+    return X[:, _CI["t_prefill_gemm"]] + X[:, _CI["t_prefill_attn"]] + X[:, _CI["t_decode_gemm"]] \
+        + X[:, _CI["t_lm_head"]]
+
+
 def floor_us(X: np.ndarray) -> np.ndarray:
     """Hardware floor (us) per component row: the larger of compute at peak and HBM bytes at peak."""
     X = np.asarray(X, np.float64)
-    compute = X[:, _CI["t_prefill_gemm"]] + X[:, _CI["t_prefill_attn"]] + X[:, _CI["t_decode_gemm"]] \
-        + X[:, _CI["t_lm_head"]]
+    compute = _compute_us(X)
     # KV is read by the requests scheduled this step: a state whose other running requests
     # sit out (B > n_prefill + n_decode, as on the grid's B lines) reads only their share
     B = X[:, _CI["B"]]
@@ -74,8 +79,7 @@ def ceiling_us(X: np.ndarray) -> np.ndarray:
     every running request read (a state whose running requests sit out is not made cheaper
     for the ceiling than vLLM, which schedules them all, would make it)."""
     X = np.asarray(X, np.float64)
-    compute = X[:, _CI["t_prefill_gemm"]] + X[:, _CI["t_prefill_attn"]] + X[:, _CI["t_decode_gemm"]] \
-        + X[:, _CI["t_lm_head"]]
+    compute = _compute_us(X)
     return CEILING * np.maximum(compute, X[:, _CI["t_weights"]] + X[:, _CI["t_decode_kv"]])
 
 
