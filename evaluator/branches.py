@@ -6,7 +6,10 @@ saw the other branch, so whatever that branch says is a guess with fitted-lookin
 `unsupported_branches` traces which way every conditional goes on the states the constants
 were fitted on and on the held-out states: a conditional that never switched on the fitted
 states but takes its other way on at least `MIN_SHARE` of the held-out states it reaches is
-reported, and the held-out split that relies on it is not scored (evaluator.holdout).
+reported, and the held-out split that relies on it is not scored (evaluator.holdout). Both
+sides are traced on every reference state of their stages (`judge_states.branch_states`),
+so a test the fitted workloads cross as often as the held-out ones (a prefill-only step,
+D = 0) is not taken for one only the held-out data crosses.
 
 The trace runs the program as plain Python (no compilation) on a few hundred states per
 experiment: a few milliseconds, only for programs with conditionals.

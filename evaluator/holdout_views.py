@@ -16,7 +16,7 @@ import numpy as np
 from evaluator.branches import conditionals, unsupported_branches
 from evaluator.holdout import KINDS, Split, reuses_main_overheads, split_by_label, split_evaluation, splits_of
 from evaluator.judge_data import JudgeData
-from evaluator.judge_states import (branch_states, fit_caches, prepare, reference_stage_states, reference_states,
+from evaluator.judge_states import (branch_states, fit_caches, prepare, reference_states,
                                     released, split_reference, take_caches)
 from evaluator.records import Evaluation
 
@@ -98,8 +98,9 @@ def extrapolating_branches(view: JudgeData, program, constants: dict) -> list[st
     fitted, held = [], []
     for e in view.fit_exps:
         c = view.consts_for(e, consts)
-        if c is not None:
-            fitted += [(st.X, c) for st in reference_stage_states(view, e)]
+        X = branch_states(view, e, "fit")
+        if c is not None and len(X):
+            fitted.append((X, c))
     for model in sorted({e.model for e in view.fit_exps} & set(view.step_rows)):
         c = view.consts_for(next(e for e in view.fit_exps if e.model == model), consts)
         rows = view.step_rows[model]
@@ -107,7 +108,7 @@ def extrapolating_branches(view: JudgeData, program, constants: dict) -> list[st
             fitted.append((rows.X[rows.has_target], c))
     for e in view.report_exps:
         c = view.consts_for(e, consts)
-        X = branch_states(view, e)
+        X = branch_states(view, e, "report")
         if c is not None and len(X):
             held.append((X, c))
     return unsupported_branches(program, fitted, held)

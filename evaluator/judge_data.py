@@ -78,7 +78,7 @@ class JudgeData:
         self._probe_cache: dict[str, np.ndarray] = {}
         self._ref_states_cache: dict[str, list[StageStates]] = {}
         self._cons_cache: dict[str, physics.Constraints] = {}
-        self._branch_cache: dict[str, np.ndarray] = {}  # judge_states.branch_states
+        self._branch_cache: dict[tuple, np.ndarray] = {}  # judge_states.branch_states, by (experiment, side)
 
     # -------------------------------------------------------------- which requests train
     def _train_mask(self, e) -> np.ndarray:

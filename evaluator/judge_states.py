@@ -174,8 +174,10 @@ def prepare(data: JudgeData) -> None:
             reference_stage_states(data, e)
         constraints(data, key, exps)
     if data.split is not None:
+        for e in data.fit_exps:
+            branch_states(data, e, "fit")
         for e in data.report_exps:
-            branch_states(data, e)
+            branch_states(data, e, "report")
 
 
 def released(states: dict) -> dict:
@@ -229,17 +231,41 @@ def probe(data: JudgeData, key, exps) -> np.ndarray:
     return data._probe_cache[key]
 
 
-def branch_states(data: JudgeData, e) -> np.ndarray:
-    """Components of a subsample of experiment `e`'s reference states, where a held-out view
-    looks for conditionals its fitted states never switched (`holdout_views.extrapolating_branches`);
-    made once per view. Empty if the view has no states of `e`."""
-    if e.id not in data._branch_cache:
-        st = reference_states(data).get(e.id)
+def branch_states(data: JudgeData, e, side: str) -> np.ndarray:
+    """Components of a subsample of experiment `e`'s reference states in the stages a held-out
+    view fits on (`side="fit"`: the stages its fit read, not a mostly failed one it skipped)
+    or reports on (`"report"`), where the view looks for conditionals its fitted states never
+    switched (`holdout_views.extrapolating_branches`). Both sides hold every state of their
+    stages, prefill-only steps included. (The fit's stage states keep decode states only:
+    traced against those, a `D > 0` test looked unfitted wherever a held-out stage had a
+    prefill-only step, as every workload has, and the verdict fell to the sign of the
+    threshold's rounding drift.) Made once per view, the arrays shared by views on the same
+    reference states; empty if the view has no states of `e` in those stages."""
+    key = (e.id, side)
+    if key in data._branch_cache:
+        return data._branch_cache[key]
+    if side == "fit":
+        stages = {st.stage for st in reference_stage_states(data, e)}
+    else:
+        stages = set(data.split.report.get(e.id, ())) if data.split is not None else set()
+    ref = reference_states(data)
+    memo = ("branch", id(ref), e.id, tuple(sorted(stages)))
+    got = data._stage_memo.get(memo)
+    if got is None or got[0] is not ref:
+        st = ref.get(e.id)
         X = np.zeros((0, 0))
-        if st is not None and len(st):
-            X = states_to_components(st[subsample(len(st), MAX_BRANCH_ROWS)], data.mv[e.id])
-        data._branch_cache[e.id] = X
-    return data._branch_cache[e.id]
+        if st is not None and len(st) and stages:
+            t = st[:, 6]
+            inside = np.zeros(len(st), np.bool_)
+            for s in e.stages:
+                if s.index in stages:
+                    inside |= (t >= s.start_s * 1e6) & (t < (s.start_s + s.duration_s) * 1e6)
+            idx = np.flatnonzero(inside)
+            if len(idx):
+                X = states_to_components(st[idx[subsample(len(idx), MAX_BRANCH_ROWS)]], data.mv[e.id])
+        got = data._stage_memo[memo] = (ref, X)
+    data._branch_cache[key] = got[1]
+    return got[1]
 
 
 def grids(data: JudgeData) -> dict[str, np.ndarray]:

@@ -67,3 +67,35 @@ def test_long_split_of_731_is_not_scored(ev):
     (why,) = res.holdout["long"]["errors"].values()
     assert why.startswith("branch on a threshold the fitted data never crossed: `K > 100000`")
     assert math.isfinite(res.objectives["lowo_e2e"]) and not res.holdout["workload"]["errors"]
+
+
+# a test on D = 0 (prefill-only steps) reached only by steps that prefill: the shape of the
+# README run's #364 and #1037, whose split verdicts flipped with the optimizer's tolerance
+P_PREFILL_ONLY = """SPLIT_D = 0.0
+SPLIT_P = 0.5
+SCALE = 1.1
+
+def predict_step_time(t_step_measured, D, n_prefill):
+    return (t_step_measured if D > SPLIT_D else SCALE * t_step_measured) if n_prefill > SPLIT_P else t_step_measured
+"""
+
+
+@pytest.mark.parametrize("drift", [1e-12, -1e-12])
+def test_a_test_on_prefill_only_steps_is_judged_on_the_same_states_either_side(ev, drift):
+    """Every workload has prefill-only steps (D = 0), fitted and held-out alike, so a branch on
+    them is not an extrapolation, whichever side of 0 the threshold's rounding drift leaves
+    it. (When the fitted side was the fit's decode states only, the +1e-12 drift made every
+    LOWO and LOMO split unscored.) The states traced hold prefill-only steps on both sides."""
+    from evaluator.holdout import split_by_label
+    from evaluator.judge_states import branch_states
+    p = parse_program(P_PREFILL_ONLY)
+    c = np.array(p.initial_constants, np.float64)
+    c[p.const_names.index("SPLIT_D")] = drift
+    for label in ("workload:general", "model:llama-2-70b", "long"):
+        view = ev.for_split(split_by_label(ev.all_exps, label))
+        consts = {k: c for k in {view.key(e) for e in view.fit_exps}}
+        assert view.extrapolating_branches(p, consts) == [], label
+        for side, exps in (("fit", view.fit_exps), ("report", view.report_exps)):
+            D = np.concatenate([branch_states(view, e, side)[:, CI["D"]] for e in exps
+                                if len(branch_states(view, e, side))])
+            assert (D == 0).any() and (D > 0).any(), (label, side)
