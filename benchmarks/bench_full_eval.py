@@ -138,6 +138,21 @@ LLVM's register allocation commutes operands); no program fell back to numba. Re
 over 500 more programs compiled and dropped (`--rss 500`, one compiler per process, load
 0.7-0.8): numba +458 MB (939 kB a program), llvm +134 MB (275 kB a program), nearly all of it
 llvmlite's pass pipelines (three runs per function, as numba runs them), not code.
+
+Where a recorded run's time goes, 2026-11-27 (the README job at 62ec977, /tmp/s6_readme2.db,
+each evaluation's own seconds): 398 full evaluations 1,611 s (2.2 s with 0 constants, 2.6-3.2 s
+with 1-4, 7.5 s with 7-9: the fit grows with the constants), 1,299 valid screens 1,032 s
+(0.5 s with 1 constant, 1.1 s with 8-10), 303 invalid screens 156 s (nearly all unphysical
+after their fit); 2,800 s of the 3,368 worker-seconds. cProfile of 50 screens: replay 62%,
+fit 31%, compilation 4%. cProfile of 8 full jobs of 6-9 constants (in one process, split by
+split): fit 68% of it, replay 27%, the branch trace 3%. Inside the fit: 224 fits, of which
+~3 in 4 leave a rule broken at the first weight and escalate (least_squares calls per weight
+1 / 30 / 900 / 27000 / restart: 265 / 209 / 130 / 30 / 13, CPU 8.7 / 8.4 / 10.3 / 4.2 / 0.6
+s); each residual is ~2,300 rows (1,136 floor rows, 1,145 grid pairs, 18 stage rows, the
+prior), two thirds of them inactive hinges, over ~11,000 predicted states; scipy's SVD of
+that Jacobian is ~0.44 ms a call, ~24% of the fit. Tried and not kept: MINPACK's `lm`
+(no faster over 32 programs: 89.9 against 90.5 CPU s), a tolerance of 1e-6 and skipping the
+first weight (benchmarks/solver_noise.py: gains inside this VM's noise, judgements move).
 """
 from __future__ import annotations
 
