@@ -24,6 +24,13 @@ constants), this 2-core machine, CPU seconds of the whole pass:
     ftol: 0 flips; |difference| median 0.007 points, p90 0.5, max 10.3 (a program at 138% LOWO)
     escalate: 0 flips; median 0.05, p90 5.3 (two ill-conditioned programs land in other optima)
     CPU, back to back, quiet machine (load 0.7-1.0): trf 82.4 / 76.0 s, ftol 67.7 / 75.7 s
+  (those timings come from /tmp scripts that compiled each program first; this script warms up
+  with a whole untimed pass.) Another sample, `--n 2` (#0 of the even spacing and #1093),
+  after ef63737: ftol 0 flips, max 31 points on one objective; escalate flips #1093's LOMO.
+  Per program (warm, CI running beside it): #1 (seed linear_physics) 3.7 -> 3.5 CPU s under
+  ftol, #1093 (9 constants under a max) 20.1 -> 7.0 s: the straggler full jobs (up to 24 s in
+  that run) are fits that crawl at a tolerance of 1e-8. The lead for issue 31: stop those
+  fits earlier without moving the verdicts of the others.
 Not kept: the gain (0-18%, inside this VM's noise) does not pay for judgements that move.
 """
 from __future__ import annotations
@@ -102,9 +109,7 @@ def main() -> None:
     ev = Evaluator(load(a.data), holdout_objectives=True)
     ev.reference_states()
     ev.prepare_heldout()
-    for _, src in progs:  # compile once, outside the timed passes
-        p = parse_program(src)
-        p.compiled()
+    judge_all(ev, progs)  # warm-up: compilation and each view's first use, outside the timed passes
     base, cpu = judge_all(ev, progs)
     print(f"{len(progs)} programs; the judge as it is: {cpu:.1f} CPU s")
     for name in a.variants.split(","):
