@@ -58,7 +58,7 @@ class JudgeData:
         self._grids: dict[str, np.ndarray] | None = None  # judge_states.grids
         self._splits: dict[tuple, JudgeData] = {}  # held-out views of this evaluator, made once
         self._split_refs: dict[str, dict[str, np.ndarray]] = {}  # their reference states
-        self._stage_memo: dict[tuple, tuple] = {}  # judge_states.reference_stage_states, shared by views
+        self._stage_memo: dict[tuple, tuple] = {}  # judge_states._shared_by_views: stage and branch states
         if holdout is not None and not isinstance(holdout, Split):
             holdout = make_split(self.all_exps, *holdout)
         self.set_split(holdout, global_fit)

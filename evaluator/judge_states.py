@@ -90,12 +90,20 @@ def reference_stage_states(data: JudgeData, e) -> list[StageStates]:
     fewer copies, and a pickle of their caches keeps the sharing)."""
     if e.id not in data._ref_states_cache:
         ref = reference_states(data)
-        key = (id(ref), e.id, None if data.split is None else tuple(sorted(data.split.fit.get(e.id, ()))))
-        got = data._stage_memo.get(key)
-        if got is None or got[0] is not ref:  # (the states it was made from, the list)
-            got = data._stage_memo[key] = (ref, stage_states(data, e, ref[e.id]))
-        data._ref_states_cache[e.id] = got[1]
+        stages = None if data.split is None else tuple(sorted(data.split.fit.get(e.id, ())))
+        data._ref_states_cache[e.id] = _shared_by_views(data, ("stage", e.id, stages), ref,
+                                                        lambda: stage_states(data, e, ref[e.id]))
     return data._ref_states_cache[e.id]
+
+
+def _shared_by_views(data: JudgeData, key: tuple, ref: dict, make):
+    """`make()`, made once for every view on the same reference states `ref` and kept in
+    `JudgeData._stage_memo` (shared by the views: a pickle of their caches keeps the sharing)
+    with the states it was made from, so another `ref` that reuses a freed id is not served."""
+    got = data._stage_memo.get((id(ref), *key))
+    if got is None or got[0] is not ref:
+        got = data._stage_memo[(id(ref), *key)] = (ref, make())
+    return got[1]
 
 
 # -------------------------------------------------------------- reference states
@@ -249,23 +257,23 @@ def branch_states(data: JudgeData, e, side: str) -> np.ndarray:
     else:
         stages = set(data.split.report.get(e.id, ())) if data.split is not None else set()
     ref = reference_states(data)
-    memo = ("branch", id(ref), e.id, tuple(sorted(stages)))
-    got = data._stage_memo.get(memo)
-    if got is None or got[0] is not ref:
+
+    def make() -> np.ndarray:
         st = ref.get(e.id)
-        X = np.zeros((0, 0))
-        if st is not None and len(st) and stages:
-            t = st[:, 6]
-            inside = np.zeros(len(st), np.bool_)
-            for s in e.stages:
-                if s.index in stages:
-                    inside |= (t >= s.start_s * 1e6) & (t < (s.start_s + s.duration_s) * 1e6)
-            idx = np.flatnonzero(inside)
-            if len(idx):
-                X = states_to_components(st[idx[subsample(len(idx), MAX_BRANCH_ROWS)]], data.mv[e.id])
-        got = data._stage_memo[memo] = (ref, X)
-    data._branch_cache[key] = got[1]
-    return got[1]
+        if st is None or not len(st) or not stages:
+            return np.zeros((0, 0))
+        t = st[:, 6]
+        inside = np.zeros(len(st), np.bool_)
+        for s in e.stages:
+            if s.index in stages:
+                inside |= (t >= s.start_s * 1e6) & (t < (s.start_s + s.duration_s) * 1e6)
+        idx = np.flatnonzero(inside)
+        if not len(idx):
+            return np.zeros((0, 0))
+        return states_to_components(st[idx[subsample(len(idx), MAX_BRANCH_ROWS)]], data.mv[e.id])
+
+    data._branch_cache[key] = _shared_by_views(data, ("branch", e.id, tuple(sorted(stages))), ref, make)
+    return data._branch_cache[key]
 
 
 def grids(data: JudgeData) -> dict[str, np.ndarray]:

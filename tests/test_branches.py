@@ -84,8 +84,8 @@ def predict_step_time(t_step_measured, D, n_prefill):
 def test_a_test_on_prefill_only_steps_is_judged_on_the_same_states_either_side(ev, drift):
     """Every workload has prefill-only steps (D = 0), fitted and held-out alike, so a branch on
     them is not an extrapolation, whichever side of 0 the threshold's rounding drift leaves
-    it. (When the fitted side was the fit's decode states only, the +1e-12 drift made every
-    LOWO and LOMO split unscored.) The states traced hold prefill-only steps on both sides."""
+    it. (When the fitted side was the fit's decode states only, the +1e-12 drift left LOWO's
+    general split unscored.) The states traced hold prefill-only steps on both sides."""
     from evaluator.holdout import split_by_label
     from evaluator.judge_states import branch_states
     p = parse_program(P_PREFILL_ONLY)
