@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from evaluator.data import load
 from evaluator.evaluate import Evaluator
 from evaluator.records import Evaluation
-from evolve.workers import RECYCLE, Executor, Job, job_message, run_job
+from evolve.workers import RECYCLE, WAIT_CAP_S, Executor, Job, job_message, run_job
 
 
 class RayExecutorError(RuntimeError):
@@ -135,6 +135,17 @@ class RayPool(Executor):
     def nodes(self) -> set[str]:
         """Nodes the ready actors run on (for tests and the run summary)."""
         return {s.node for s in self.slots if s.node}
+
+    def wait(self, cap_s: float = WAIT_CAP_S) -> None:
+        if self.pending and any(s.ready and s.job is None for s in self.slots):
+            return
+        busy = [s for s in self.slots if s.job is not None]
+        refs = [s.ready_ref for s in self.slots if not s.ready] + [s.ref for s in busy]
+        timeout = self._wait_s([(s.started, s.job) for s in busy], cap_s)
+        if refs:
+            self.ray.wait(refs, num_returns=1, timeout=timeout)
+        else:
+            time.sleep(timeout)
 
     def _poll(self) -> list[tuple[Job, Evaluation]]:
         """Hand out pending jobs, collect finished ones, kill overdue ones; never blocks."""

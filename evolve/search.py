@@ -593,8 +593,8 @@ class Search:
                             self.state.twin_of(first[i].fingerprint, c.program.complexity.total) is None:
                         pool.submit(self._full_job(i, c, first[i], b))
                         asked.add(i)
-            if k < len(todo):
-                time.sleep(0.002)
+            if k < len(todo):  # nothing more to write until a worker answers
+                pool.wait() if pool is not None else time.sleep(0.002)
         if pool is not None:
             pool.discard(b)  # speculative jobs of this batch not started yet
         # this batch is written: its kept results are done with (those a killed run kept for a

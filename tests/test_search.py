@@ -1,12 +1,13 @@
 """The evolution loop on the embedded default: reproducible, resumable, survives runaway candidates."""
 import json
 import sqlite3
+import time
 
 
 from evolve.archive import Archive
 from evolve.config import RunConfig
 from evolve.search import Search
-from evolve.workers import Job, WorkerPool
+from evolve.workers import WAIT_CAP_S, Job, WorkerPool
 from seeds import seed_sources
 
 
@@ -71,6 +72,25 @@ def test_runaway_candidate_is_killed_and_recorded():
         pool.close()
     assert res[0].valid is False and "wall-clock limit" in res[0].error
     assert pool.killed == 1
+
+
+def test_the_driver_waits_on_its_workers_instead_of_polling():
+    """While a worker starts and evaluates, the driver blocks in `wait` until the worker
+    answers (or a job's limit or the cap comes): its polls are counted in events, not in
+    2 ms ticks (the old loop polled ~500 times a second beside the workers it shares cores with)."""
+    pool = WorkerPool(None, workers=1, timeout_s=120)
+    polls = []
+    inner = pool._poll
+    pool._poll = lambda: (polls.append(time.monotonic()), inner())[1]
+    try:
+        t0 = time.monotonic()
+        res = pool.run([Job(0, seed_sources()["roofline"], "screen"), Job(1, seed_sources()["linear_physics"], "screen")])
+        wall = time.monotonic() - t0
+    finally:
+        pool.close()
+    assert all(r.valid for r in res)
+    assert wall > 1.0  # a worker's start alone takes longer: there was time to poll in ticks
+    assert len(polls) <= 8 + 2 * wall / WAIT_CAP_S  # start, two jobs, their answers, and a cap's wake-up now and then
 
 
 def test_a_candidate_killed_in_several_split_jobs_counts_once():
