@@ -44,13 +44,18 @@ of its shared prompt to register, its last token) in a ring of the next steps, a
 members' share of a step's aggregates is kept as running sums (a filled block of generated
 tokens gets its private hash when the member finishes or is written back, in one call:
 only this request after a preemption, or an eviction once the block is freed, can see it). A
-step then costs its events and the other requests
-(prefill chunks, admissions), not the batch; a step of members alone has its predicted cycle
-looked up by (batch, KV blocks) once seen (the program is a pure function). Members are
-written back, and the step handled request by request, when a client deadline passes or a
-member's block would need a preemption. The operations, their order and the floating-point
-sums are those of the request-by-request step, so results are bit-identical
-(`simulate(..., fast=False)` runs every step request by request; a test compares the two).
+step then costs its events and the other requests (prefill chunks, admissions), not the
+batch; a step of members alone has its predicted cycle looked up by (batch, KV blocks) once
+seen (the program is a pure function). A client deadline aborts members in place (they leave
+holes); members short of blocks preempt the requests behind them, last first, as the
+request-by-request step does (a member preempted so is written back alone and leaves a hole).
+Only where the requests behind the last member short of a block might not free enough, or the
+holes fill the positions, are the members written back and the step handled request by
+request (the overloaded 7b reasoning replay, always short of blocks, fell from ~74 to ~42 ms
+when preemptions stopped forcing write-backs). The operations, their
+order and the floating-point sums are those of the request-by-request step, so results are
+bit-identical (`simulate(..., fast=False)` runs every step request by request; tests compare
+the two under KV pressure, client timeouts and abort storms).
 
 The predictor is a *parameter* of type `PREDICTOR_TYPE` (a first-class function type), so the
 simulator is compiled once and any candidate compiled with the fixed signature plugs in.
@@ -119,6 +124,47 @@ def _next_event(blocks, computed, n_cached, fin_at, block, lru, s, n_shared):
     return nx
 
 
+@numba.njit(cache=True, inline="always")
+def _preempt(v, lru, nxt, prv, ref, cnt, req_blk, blocks, blocks_held_before, n_cached, computed, target,
+             prompt_len, generated, restarted, stats):
+    """Preempt running request v (vLLM: the last of the running queue) to recompute it later:
+    its blocks are freed (cached ones stay cached); returns how many it held. The caller moves
+    it to the front of the waiting queue."""
+    held = blocks[v]
+    if lru:
+        blocks_held_before[v] = held
+        kv.release_row(nxt, prv, ref, cnt, req_blk, v, held)
+        n_cached[v] = 0
+    blocks[v] = 0
+    computed[v] = 0
+    target[v] = prompt_len[v] + generated[v]
+    restarted[v] = True
+    stats[v, PREEMPTIONS] += 1.0
+    return held
+
+
+@numba.njit(cache=True, inline="always")
+def _tail_frees(deficit, running, gone, after, n_run, lru, ref, req_blk, blocks):
+    """Whether preempting live running requests behind position `after` (the last member short
+    of a block this step), last first, frees at least `deficit` blocks; counted low (a block
+    another request also holds is not counted), so that members short of blocks can preempt
+    them without a write-back: every victim stands behind every member it frees a block for."""
+    got = 0
+    j = n_run - 1
+    while j > after and got < deficit:
+        v = running[j]
+        j -= 1
+        if gone[v]:
+            continue
+        if lru:
+            for a in range(blocks[v]):
+                if ref[req_blk[v, a]] == 1:
+                    got += 1
+        else:
+            got += blocks[v]
+    return got >= deficit
+
+
 @numba.njit(_SIM_ARGS, cache=True, error_model="numpy")
 def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_len,
               kv_blocks, max_seqs, max_tokens, block, max_steps, record,
@@ -126,7 +172,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     n = arrival_us.shape[0]
     first_us = np.full(n, -1.0)
     done_us = np.full(n, -1.0)
-    gone = np.zeros(n, np.bool_)  # finished or timed out
+    gone = np.zeros(n + 1, np.bool_)  # finished or timed out; [n]: a member position left by a preempted member
+    gone[n] = True
+    HOLE = n
     timed_out = np.zeros(n, np.bool_)
     oldest = 0  # first request (arrival order) not gone: the only one whose deadline can pass first
     computed = np.zeros(n, np.int64)  # tokens with KV computed
@@ -285,11 +333,17 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                         b -= 1
                     ring[q, b + 1] = x
                 need = 0
+                last = -1  # position of the last member short of a block
                 for a in range(k):
                     r = running[ring[q, a]]
                     if not gone[r] and computed[r] + s + 1 > blocks[r] * block:
                         need += 1
-                leave = need > (cnt[kv.FREE] if lru else free_blocks)
+                        last = ring[q, a]
+                short = need - (cnt[kv.FREE] if lru else free_blocks)
+                # short of blocks: the members preempt the requests behind them, last first, as
+                # the request-by-request step would (each member needs one block at most); only
+                # where those behind the last one short might not free enough: write back
+                leave = short > 0 and not _tail_frees(short, running, gone, last, n_run, lru, ref, req_blk, blocks)
             if leave:  # write the members back: everyone is handled one by one
                 k = 0
                 for j in range(first_x):
@@ -337,6 +391,38 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     continue
                 end = computed[r] + s
                 if end > blocks[r] * block:
+                    while (cnt[kv.FREE] if lru else free_blocks) < 1:  # the tail covers it (`_tail_frees`)
+                        if n_run > first_x:  # the last request handled one by one
+                            n_run -= 1
+                            v = running[n_run]
+                        else:  # the last live member: written back alone (before this step's token)
+                            p = first_x - 1
+                            while gone[running[p]]:
+                                p -= 1
+                            v = running[p]
+                            running[p] = HOLE  # its pending event is skipped, as an aborted member's
+                            if computed[v] == mem_ctx:
+                                stale = True
+                            computed[v] += s - 1
+                            generated[v] += s - 1
+                            if lru:  # the private blocks it filled since its last event, as at a write-back
+                                full = min(computed[v], prompt_len[v] + generated[v] - 1) // block
+                                if full > n_cached[v]:
+                                    kv.register_row(bkey, dup, table, req_blk, v, n_cached[v], full, block,
+                                                    n_sys[v], grp_c[v], prm_c[v], ubase + v, prompt_len[v], mb)
+                                    n_cached[v] = full
+                                    _mark_seen(seen_p, full, block, n_sys[v], grp_c[v], prm_c[v], prompt_len[v])
+                            tot_blocks -= blocks[v]
+                            n_mem -= 1
+                        held = _preempt(v, lru, nxt, prv, ref, cnt, req_blk, blocks, blocks_held_before,
+                                        n_cached, computed, target, prompt_len, generated, restarted, stats)
+                        if not lru:
+                            free_blocks += held
+                        w_head = (w_head - 1 + cap) % cap
+                        wq[w_head] = v
+                        w_len += 1
+                        n_live -= 1
+                        n_preempt += 1
                     if lru:
                         e0 = cnt[kv.EVICTED]
                         kv.allocate(nxt, prv, ref, bkey, dup, table, cnt, 1, req_blk, r, blocks[r])
@@ -383,19 +469,11 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             while need > avail and n_run - 1 > i:
                 # preempt the last running request: its blocks are freed (cached ones stay cached)
                 v = running[n_run - 1]
-                if lru:
-                    blocks_held_before[v] = blocks[v]
-                    kv.release_row(nxt, prv, ref, cnt, req_blk, v, blocks[v])
-                    n_cached[v] = 0
-                    avail = cnt[kv.FREE]
-                else:
-                    free_blocks += blocks[v]
-                    avail = free_blocks
-                blocks[v] = 0
-                computed[v] = 0
-                target[v] = prompt_len[v] + generated[v]
-                restarted[v] = True
-                stats[v, PREEMPTIONS] += 1.0
+                held = _preempt(v, lru, nxt, prv, ref, cnt, req_blk, blocks, blocks_held_before,
+                                n_cached, computed, target, prompt_len, generated, restarted, stats)
+                if not lru:
+                    free_blocks += held
+                avail = cnt[kv.FREE] if lru else free_blocks
                 w_head = (w_head - 1 + cap) % cap
                 wq[w_head] = v
                 w_len += 1
