@@ -1,24 +1,24 @@
 """Seconds of one replay per experiment (every experiment, three seeds' fitted constants), and
 whether the members' fast path gives the request-by-request step's results bit for bit.
 
-Run: .venv/bin/python benchmarks/bench_replay.py [--data DIR] [--check]
-         PYTHONPATH=OTHER_TREE .venv/bin/python benchmarks/bench_replay.py ...   # another commit
+Run: .venv/bin/python benchmarks/bench_replay.py [--data DIR] [--check] [--src TREE]
+  --src TREE: time the evaluator of another source tree (e.g. `git worktree add /tmp/old REV`)
 Prints, per seed, the milliseconds of a replay of all experiments (mean of 3, after a warm-up)
 and of the slowest one; --check also simulates each experiment with fast=False and exits 1 on
 any difference (status, TTFT, E2E, steps, preemptions, per-request stats, timeouts). Asserts
 nothing else.
 
-Recorded 2026-11-27, shared data (16 experiments), this 2-core machine (load ~1), alternated
-twice with the tree of edb0d70 (before) in one sitting; --check: 48 of 48 identical:
-                       all 16 experiments    7b reasoning (overloaded, KV always short)
-  measured_per_layer   333-345 -> 300-308 ms   76 -> 42 ms
-  roofline             332-341 -> 300-320 ms   73 -> 42 ms
-  phase_split          314-326 -> 305-309 ms   73 -> 42 ms
-The change: members short of a KV block preempt the requests behind them, last first, as the
-request-by-request step does, instead of forcing every member back to the slow path
-(`evaluator/simulator.py`, module docstring). Other experiments never preempt and are
-unchanged (10-30 ms each). On the embedded default the same seeds' 16 replays took 295-308 ms
-before the first half of the change (non-member victims only: 7b reasoning 70 -> 51 ms).
+Recorded 2026-11-27, shared data (16 experiments), this 2-core machine (load ~0.9, but its
+speed moved +-15% within minutes), new tree and edb0d70 (`--src`) alternated three times;
+--check: 48 of 48 identical, on the embedded default too:
+                         all 16 experiments, mean of 9    7b reasoning (overloaded, KV always short)
+  edb0d70                392 ms (330-459)                 72-99 ms
+  now                    364 ms (328-404)                 34-55 ms
+Two changes (`evaluator/simulator.py`, module docstring): members short of a KV block preempt
+the requests behind them, last first, as the request-by-request step does, instead of forcing
+every member back to the slow path (7b reasoning ~74 -> ~42 ms); and a client deadline scans
+the waiting queue only past its preempted head while its arrival-ordered rest is past the
+deadline (~42 -> ~32 ms). Other experiments never preempt and rarely time out (10-30 ms each).
 """
 from __future__ import annotations
 
@@ -29,15 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from evaluator.data import load  # noqa: E402
-from evaluator.evaluate import Evaluator  # noqa: E402
-from evaluator.program import parse_program  # noqa: E402
-from evaluator.replay import sim_limits, simulate_one  # noqa: E402
-from evaluator.simulator import simulate  # noqa: E402
-from seeds import seed_sources  # noqa: E402
-
 SEEDS = ("measured_per_layer", "roofline", "phase_split")
 FIELDS = ("status", "ttft_us", "e2e_us", "n_steps", "n_preempted", "req_stats", "timed_out")
 
@@ -46,7 +37,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None)
     ap.add_argument("--check", action="store_true", help="compare with the request-by-request step")
+    ap.add_argument("--src", default=str(Path(__file__).resolve().parents[1]), help="source tree to time")
     a = ap.parse_args()
+    sys.path.insert(0, a.src)
+    from evaluator.data import load
+    from evaluator.evaluate import Evaluator
+    from evaluator.program import parse_program
+    from evaluator.replay import sim_limits, simulate_one
+    from evaluator.simulator import simulate
+    from seeds import seed_sources
     ev = Evaluator(load(a.data), holdout_objectives=False)
     bad = 0
     for name in SEEDS:

@@ -188,6 +188,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     wq = np.empty(cap, np.int64)
     w_head = 0
     w_len = 0
+    n_front = 0  # preempted requests at the head of the queue; the rest are arrivals in arrival order
     next_arr = 0
     free_blocks = kv_blocks
     # ---- block pool (lru mode only; sized 1 otherwise)
@@ -305,17 +306,29 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     running[k] = r
                     k += 1
             n_run = k
-            k = 0
-            for a in range(w_len):
+            # waiting requests hold no blocks. Past the preempted ones at the head, the queue is in
+            # arrival order, so those past their deadline are a prefix there: the scan stops at
+            # the first that is not, and the head's survivors move up to it, order kept
+            a = n_front
+            while a < w_len and t - arrival_us[wq[(w_head + a) % cap]] >= timeout_us:
                 r = wq[(w_head + a) % cap]
-                if t - arrival_us[r] >= timeout_us:  # waiting requests hold no blocks
+                gone[r] = True
+                timed_out[r] = True
+                finished += 1
+                a += 1
+            k = a  # survivors end up in [k, w_len)
+            for b in range(n_front - 1, -1, -1):
+                r = wq[(w_head + b) % cap]
+                if t - arrival_us[r] >= timeout_us:
                     gone[r] = True
                     timed_out[r] = True
                     finished += 1
+                    n_front -= 1
                 else:
+                    k -= 1
                     wq[(w_head + k) % cap] = r
-                    k += 1
-            w_len = k
+            w_head = (w_head + k) % cap
+            w_len -= k
             if finished >= n:
                 break
         q = (s + 1) & (W - 1)
@@ -421,6 +434,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                         w_head = (w_head - 1 + cap) % cap
                         wq[w_head] = v
                         w_len += 1
+                        n_front += 1
                         n_live -= 1
                         n_preempt += 1
                     if lru:
@@ -477,6 +491,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 w_head = (w_head - 1 + cap) % cap
                 wq[w_head] = v
                 w_len += 1
+                n_front += 1
                 n_run -= 1
                 n_live -= 1
                 n_preempt += 1
@@ -542,6 +557,8 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 break
             w_head = (w_head + 1) % cap
             w_len -= 1
+            if n_front > 0:
+                n_front -= 1
             computed[r] = start
             if lru:
                 kv.touch_row(nxt, prv, ref, cnt, req_blk, r, n_hit)
