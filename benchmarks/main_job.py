@@ -35,6 +35,23 @@ screen); back to back at --budget 300 the two commits took 252 and 251 s (the ru
 programs read the longest context less: 55% against 84% over 2,000). The 10-minute goal is
 missed by 2.5x.
 
+After the branch fix (ef63737) the search keeps other programs (391 full evaluations, 1,513
+screens, 96 twins, frontier 212, hypervolume 44.420, hands over #1030; the same archive at
+both commits below but for seconds):
+  commit    wall      eval/s   peak PSS  peak RSS  CPU      load before -> after     driver CPU
+  00c78f9   1465.9 s  1.364    987 MB    1288 MB   2618 s   0.59 -> 2.05             (not sampled)
+  7f41f7a   1083.4 s  1.846    1010 MB   1311 MB   1998 s   1.12 1.45 1.76 -> 1.87   49.3 s
+7f41f7a: the driver blocks in `Executor.wait` instead of polling every 2 ms, and the simulator
+preempts and aborts without writing members back (benchmarks/bench_replay.py): 24% less CPU,
+26% less wall (the runs were on different days; this VM moves +-15%). This sampler took 36.6
+CPU-s of it at one sample a second. Still 1.8x the 10-minute goal.
+
+The 2,000-candidate trace run (`--data ../shared/data`, seed 0) at edb0d70, 2026-11-27
+08:18-09:02, with profiling and tests of mine beside it (load 0.45 -> 3.46; 1.30 cores for
+the run): 2646.3 s, 0.756 evaluations/s, peak PSS 1432 MB (RSS 1811 MB), CPU 3448 s; 394 full
+evaluations, 1,533 screens, 73 twins; frontier 123; hands over #1120. Not a timing; the last
+quiet one (two sessions before) took 36.2 min.
+
 The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
 own states was ~640 MB RSS once ready, one that adopts them ~340 MB. The archives of the
