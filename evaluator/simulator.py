@@ -144,6 +144,37 @@ def _preempt(v, lru, nxt, prv, ref, cnt, req_blk, blocks, blocks_held_before, n_
 
 
 @numba.njit(cache=True, inline="always")
+def _drop_waiting(wq, w_head, w_len, n_front, arrival_us, t, timeout_us, gone, timed_out):
+    """Abort the waiting requests past their client deadline (they hold no blocks), keeping the
+    others' order; returns (w_head, w_len, n_front, how many were aborted). `wq` is a ring of
+    capacity len(wq) holding w_len ids from w_head: first the n_front preempted requests (any
+    arrival order), then arrivals in arrival order, of which those past the deadline are a
+    prefix. So the scan stops at the first arrival still in time, and the head's survivors
+    move up to it: the cost is the head and the aborted, not the queue."""
+    cap = wq.shape[0]
+    dropped = 0
+    a = n_front
+    while a < w_len and t - arrival_us[wq[(w_head + a) % cap]] >= timeout_us:
+        r = wq[(w_head + a) % cap]
+        gone[r] = True
+        timed_out[r] = True
+        dropped += 1
+        a += 1
+    k = a  # the survivors end up in positions [k, w_len)
+    for b in range(n_front - 1, -1, -1):
+        r = wq[(w_head + b) % cap]
+        if t - arrival_us[r] >= timeout_us:
+            gone[r] = True
+            timed_out[r] = True
+            dropped += 1
+            n_front -= 1
+        else:
+            k -= 1
+            wq[(w_head + k) % cap] = r
+    return (w_head + k) % cap, w_len - k, n_front, dropped
+
+
+@numba.njit(cache=True, inline="always")
 def _tail_frees(deficit, running, gone, after, n_run, lru, ref, req_blk, blocks):
     """Whether preempting live running requests behind position `after` (the last member short
     of a block this step), last first, frees at least `deficit` blocks; counted low (a block
@@ -306,29 +337,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     running[k] = r
                     k += 1
             n_run = k
-            # waiting requests hold no blocks. Past the preempted ones at the head, the queue is in
-            # arrival order, so those past their deadline are a prefix there: the scan stops at
-            # the first that is not, and the head's survivors move up to it, order kept
-            a = n_front
-            while a < w_len and t - arrival_us[wq[(w_head + a) % cap]] >= timeout_us:
-                r = wq[(w_head + a) % cap]
-                gone[r] = True
-                timed_out[r] = True
-                finished += 1
-                a += 1
-            k = a  # survivors end up in [k, w_len)
-            for b in range(n_front - 1, -1, -1):
-                r = wq[(w_head + b) % cap]
-                if t - arrival_us[r] >= timeout_us:
-                    gone[r] = True
-                    timed_out[r] = True
-                    finished += 1
-                    n_front -= 1
-                else:
-                    k -= 1
-                    wq[(w_head + k) % cap] = r
-            w_head = (w_head + k) % cap
-            w_len -= k
+            w_head, w_len, n_front, dropped = _drop_waiting(wq, w_head, w_len, n_front, arrival_us, t, timeout_us,
+                                                            gone, timed_out)
+            finished += dropped
             if finished >= n:
                 break
         q = (s + 1) & (W - 1)

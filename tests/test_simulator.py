@@ -174,3 +174,34 @@ def test_clients_giving_up_together_stay_in_bounds(tmp_path):
                          cwd=Path(__file__).parent.parent)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert int(out.stdout.split("ok: ")[1].split()[0]) > 1000  # the storm did abort requests
+
+
+def test_client_aborts_keep_the_waiting_queues_order():
+    """The deadline scan (`_drop_waiting`) stops at the first arrival still in time, so it must
+    see the queue as it is: preempted requests at the head in any order, then arrivals in
+    arrival order. Against a plain list on random rings (wrapping round, heads of 0-5): the same
+    requests aborted, the survivors in the same order, the head count kept. The members' and
+    the request-by-request paths share this scan, so their comparison cannot check it."""
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        n = int(rng.integers(1, 40))
+        arrival = np.sort(rng.uniform(0.0, 100.0, n))
+        ids = rng.permutation(n)
+        n_front = int(rng.integers(0, min(5, n) + 1))
+        front = list(ids[:n_front])  # preempted: any arrival order
+        rest = sorted(int(r) for r in rng.choice(ids[n_front:], int(rng.integers(0, n - n_front + 1)), replace=False))
+        queue = front + rest
+        cap = n + 1
+        head = int(rng.integers(0, cap))
+        wq = np.full(cap, -1, np.int64)
+        for a, r in enumerate(queue):
+            wq[(head + a) % cap] = r
+        t, timeout = float(rng.uniform(0.0, 150.0)), float(rng.uniform(1.0, 80.0))
+        gone, timed_out = np.zeros(n + 1, np.bool_), np.zeros(n, np.bool_)
+        late = [r for r in queue if t - arrival[r] >= timeout]
+        head2, n2, front2, dropped = S._drop_waiting(wq, head, len(queue), n_front, arrival, t, timeout, gone,
+                                                     timed_out)
+        kept = [wq[(head2 + a) % cap] for a in range(n2)]
+        assert kept == [r for r in queue if t - arrival[r] < timeout]
+        assert front2 == sum(t - arrival[r] < timeout for r in front) and dropped == len(late)
+        assert sorted(np.flatnonzero(timed_out)) == sorted(late) and not gone[[r for r in kept]].any()
