@@ -125,6 +125,31 @@ def _next_event(blocks, computed, n_cached, fin_at, block, lru, s, n_shared):
 
 
 @numba.njit(cache=True, inline="always")
+def _register_full(r, full, bkey, dup, table, req_blk, n_cached, block, n_sys, grp_c, prm_c, ubase, prompt_len,
+                   mb, seen_p):
+    """Give request r's blocks that became full since n_cached[r], up to block `full`, their
+    hashes (lru mode), and remember the contents they complete."""
+    if full > n_cached[r]:
+        kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r], grp_c[r], prm_c[r],
+                        ubase + r, prompt_len[r], mb)
+        n_cached[r] = full
+        _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
+
+
+@numba.njit(cache=True, inline="always")
+def _write_back(r, steps, lru, computed, generated, target, bkey, dup, table, req_blk, n_cached, block, n_sys,
+                grp_c, prm_c, ubase, prompt_len, mb, seen_p):
+    """Member r's stored counts made true again (they are kept minus the `steps` it advanced
+    implicitly), and the private blocks it filled since its last event given their hashes."""
+    computed[r] += steps
+    generated[r] += steps
+    target[r] = computed[r] + 1
+    if lru:
+        _register_full(r, min(computed[r], prompt_len[r] + generated[r] - 1) // block, bkey, dup, table, req_blk,
+                       n_cached, block, n_sys, grp_c, prm_c, ubase, prompt_len, mb, seen_p)
+
+
+@numba.njit(cache=True, inline="always")
 def _preempt(v, lru, nxt, prv, ref, cnt, req_blk, blocks, blocks_held_before, n_cached, computed, target,
              prompt_len, generated, restarted, stats):
     """Preempt running request v (vLLM: the last of the running queue) to recompute it later:
@@ -302,12 +327,9 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 if gone[r] or t - arrival_us[r] < timeout_us:
                     continue
                 if lru:
-                    full = min(computed[r] + s, prompt_len[r] + generated[r] + s - 1) // block
-                    if full > n_cached[r]:
-                        kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
-                                        grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
-                        n_cached[r] = full
-                        _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
+                    _register_full(r, min(computed[r] + s, prompt_len[r] + generated[r] + s - 1) // block, bkey,
+                                   dup, table, req_blk, n_cached, block, n_sys, grp_c, prm_c, ubase, prompt_len, mb,
+                                   seen_p)
                     kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
                 else:
                     free_blocks += blocks[r]
@@ -374,16 +396,8 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     r = running[j]
                     if gone[r]:
                         continue
-                    computed[r] += s
-                    generated[r] += s
-                    target[r] = computed[r] + 1
-                    if lru:  # the private blocks it filled since its last event (_next_event)
-                        full = min(computed[r], prompt_len[r] + generated[r] - 1) // block
-                        if full > n_cached[r]:
-                            kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
-                                            grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
-                            n_cached[r] = full
-                            _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
+                    _write_back(r, s, lru, computed, generated, target, bkey, dup, table, req_blk, n_cached, block,
+                                n_sys, grp_c, prm_c, ubase, prompt_len, mb, seen_p)
                     running[k] = r
                     k += 1
                 for j in range(first_x, n_run):
@@ -427,15 +441,8 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                             running[p] = HOLE  # its pending event is skipped, as an aborted member's
                             if computed[v] == mem_ctx:
                                 stale = True
-                            computed[v] += s - 1
-                            generated[v] += s - 1
-                            if lru:  # the private blocks it filled since its last event, as at a write-back
-                                full = min(computed[v], prompt_len[v] + generated[v] - 1) // block
-                                if full > n_cached[v]:
-                                    kv.register_row(bkey, dup, table, req_blk, v, n_cached[v], full, block,
-                                                    n_sys[v], grp_c[v], prm_c[v], ubase + v, prompt_len[v], mb)
-                                    n_cached[v] = full
-                                    _mark_seen(seen_p, full, block, n_sys[v], grp_c[v], prm_c[v], prompt_len[v])
+                            _write_back(v, s - 1, lru, computed, generated, target, bkey, dup, table, req_blk,
+                                        n_cached, block, n_sys, grp_c, prm_c, ubase, prompt_len, mb, seen_p)
                             tot_blocks -= blocks[v]
                             n_mem -= 1
                         held = _preempt(v, lru, nxt, prv, ref, cnt, req_blk, blocks, blocks_held_before,
@@ -460,7 +467,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     full = min(end, prompt_len[r] + generated[r] + s - 1) // block
                     if fin_at[j] != s:
                         full = min(full, n_shared[r])  # its private blocks wait (module docstring)
-                    if full > n_cached[r]:
+                    if full > n_cached[r]:  # written out: `_register_full` here made every replay ~50% slower
                         kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
                                         grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
                         n_cached[r] = full
