@@ -55,8 +55,7 @@ def _cell_improves(state: SearchState, o: dict, rec: dict) -> bool:
 
 def _undominated(state: SearchState, o: dict) -> bool:
     order = GATE_ORDER if any(has_heldout(f.objectives) for f in state.frontier) else IN_SAMPLE_ORDER
-    v = objective_vector(o, order)
-    return not any(_dominates(objective_vector(f.objectives, order), v) for f in state.frontier)
+    return not _dominated_on(state, o, order)
 
 
 def _near_front(state: SearchState, o: dict, margin: float) -> bool:
@@ -66,9 +65,8 @@ def _near_front(state: SearchState, o: dict, margin: float) -> bool:
     return not simpler or ranked(o.get("e2e_mean")) <= (1.0 + margin) * min(simpler)
 
 
-def _dominated_on(state: SearchState, o: dict, keys: tuple[str, ...]) -> bool:
-    """Whether a frontier member is no worse than `o` on `keys` and complexity, better on one."""
-    order = (*keys, "complexity")
+def _dominated_on(state: SearchState, o: dict, order: tuple[str, ...]) -> bool:
+    """Whether a frontier member is no worse than `o` on `order`, and better on one."""
     v = objective_vector(o, order)
     return any(_dominates(objective_vector(f.objectives, order), v) for f in state.frontier)
 
@@ -81,12 +79,12 @@ def _race_stops(state: SearchState, o: dict, rec: dict, keys: tuple[str, ...]) -
     known = [ranked(o.get(k)) for k in keys if k in o]
     if cur is None or not known or max(known) <= selection_loss(cur.objectives):
         return False
-    return _dominated_on(state, o, tuple(k for k in keys if k in o))
+    return _dominated_on(state, o, (*(k for k in keys if k in o), "complexity"))
 
 
 # Held-out-first races (item 3's other lever): which splits run first, and the share of a full
 # evaluation's CPU the rest costs (measured 2026-11-27 on 6 programs of 6-10 constants of a
-# README run, embedded default, `.devscratch`-style timing of `Evaluator.evaluate_split`: in-sample
+# README run, embedded default, CPU seconds of `Evaluator.evaluate_split` per kind: in-sample
 # 0.63 s, LOWO 1.29 s, LOMO 0.80 s, high load 0.39 s, long decode 0.61 s of 3.71 s in all).
 RACES = {
     "race: long decode + overload first": (("long_e2e", "overload_fail"), (1.29 + 0.80 + 0.39) / 3.71),
@@ -107,6 +105,30 @@ def rules():
     }
 
 
+def _replay_rule(recs, admits, frontier: set, rec_id) -> dict:
+    """One promotion rule over the recorded candidates in order: `admits(state, objectives,
+    record)` decides each full evaluation of the run (seeds always pass); the members so far
+    make the state. Full evaluations spent, final-frontier programs and the recommended one
+    refused, and what the admitted ones bought."""
+    state = SearchState()
+    spent, lost, rec_lost = 0, 0, False
+    bought = {"improved_cell": 0, "entered_frontier": 0, "neither": 0}
+    for r in recs:
+        o = r["objectives"]
+        seed = r["operator"] == "seed"  # seeds are fully evaluated whatever the rule
+        if r["stage"] != "full" and not seed:
+            continue  # screened only in the run: refused by every rule at least as strict
+        if seed or admits(state, o, r):
+            spent += 1
+            entered, improved = state.add(Member(r["id"], r, o, 0))
+            if not seed:
+                bought["improved_cell" if improved else "entered_frontier" if entered else "neither"] += 1
+        else:
+            lost += r["id"] in frontier
+            rec_lost = rec_lost or r["id"] == rec_id
+    return {"full_evaluations": spent, "frontier_lost": lost, "recommended_lost": rec_lost, "bought": bought}
+
+
 def replay(archive: Archive, run_id: str) -> dict:
     """Each rule's full evaluations and final-frontier programs refused, replayed in order."""
     recs = [r for r in archive.evaluations(run_id, stage=None) if r.get("objectives")]
@@ -115,42 +137,15 @@ def replay(archive: Archive, run_id: str) -> dict:
     rec_id = best["id"] if best else None
     out = {"run": run_id, "candidates": len(recs), "frontier": len(frontier), "recommended": rec_id,
            "full_evaluations_recorded": sum(r["stage"] == "full" for r in recs), "rules": [], "races": []}
+    in_sample = lambda o: {k: v for k, v in o.items() if k in IN_SAMPLE_ORDER}  # noqa: E731  what a screen has
     for name, rule in rules().items():
-        state = SearchState()
-        spent, lost, rec_lost = 0, 0, False
-        bought = {"improved_cell": 0, "entered_frontier": 0, "neither": 0}
-        for r in recs:
-            o = r["objectives"]
-            seed = r["operator"] == "seed"  # seeds are fully evaluated whatever the rule
-            if r["stage"] != "full" and not seed:
-                continue  # screened only in the run: refused by every rule at least as strict
-            if seed or rule(state, {k: v for k, v in o.items() if k in IN_SAMPLE_ORDER}, r):
-                spent += 1
-                entered, improved = state.add(Member(r["id"], r, o, 0))
-                if not seed:
-                    bought["improved_cell" if improved else "entered_frontier" if entered else "neither"] += 1
-            else:
-                lost += r["id"] in frontier
-                rec_lost = rec_lost or r["id"] == rec_id
-        out["rules"].append({"rule": name, "full_evaluations": spent, "frontier_lost": lost,
-                             "recommended_lost": rec_lost, "bought": bought})
+        got = _replay_rule(recs, lambda st, o, r: rule(st, in_sample(o), r), frontier, rec_id)
+        out["rules"].append({"rule": name, **got})
     for name, (keys, rest) in RACES.items():
-        state = SearchState()
-        stopped, lost, rec_lost, full = 0, 0, False, 0
-        for r in recs:
-            o = r["objectives"]
-            if r["stage"] != "full":
-                continue
-            full += 1
-            if r["operator"] != "seed" and _race_stops(state, o, r, keys):
-                stopped += 1
-                lost += r["id"] in frontier
-                rec_lost = rec_lost or r["id"] == rec_id
-                continue
-            state.add(Member(r["id"], r, o, 0))
-        out["races"].append({"rule": name, "full_evaluations": full, "stopped": stopped,
-                             "cpu_saved_share": stopped * rest / max(full, 1), "frontier_lost": lost,
-                             "recommended_lost": rec_lost})
+        got = _replay_rule(recs, lambda st, o, r: not _race_stops(st, o, r, keys), frontier, rec_id)
+        stopped = out["full_evaluations_recorded"] - got["full_evaluations"]
+        out["races"].append({"rule": name, "stopped": stopped, **got,
+                             "cpu_saved_share": stopped * rest / max(out["full_evaluations_recorded"], 1)})
     return out
 
 

@@ -72,17 +72,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _stat(pid) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (field 3 on), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _children() -> dict[int, list[int]]:
     kids: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        kids.setdefault(ppid, []).append(int(d))
+        if d.isdigit() and (v := _stat(d)) is not None:
+            kids.setdefault(int(v[1]), []).append(int(d))
     return kids
 
 
@@ -113,12 +116,8 @@ def tree_memory(pid: int, per_process: dict | None = None) -> tuple[int, int]:
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of process `pid` so far (/proc/PID/stat), None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            v = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+    v = _stat(pid)
+    return None if v is None else (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
 
 
 SAMPLE_S = 1.0  # between memory samples: each reads /proc for the whole tree (~6% of a core at 0.5 s)
