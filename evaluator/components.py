@@ -30,7 +30,9 @@ Definitions (times in microseconds, bf16 = 2 bytes):
                        reasoning-like spread (contexts uniform over 1,080-2,530) cost 1.7 ms
                        (codellama-34b TP2) and 2.5 ms (llama-2-70b TP4) more per step of 128
                        decodes than the same batch at the mean (DESIGN 3b); the peak-speed
-                       difference t_decode_kv_max - t_decode_kv is 2.7 and 2.3 ms there.
+                       difference t_decode_kv_max - t_decode_kv is 2.7 and 2.3 ms there. A
+                       split-KV kernel (each request cut over several blocks) pays it too:
+                       +1.2 and +1.9 ms on an H200 (benchmarks/h100_spread_attention.py).
   t_decode_spread      max(n_decode * ctx_max - K, 0) * 2 * L * nkv*hd * 2 bytes / TP / hbm_bw:
                        what t_decode_kv_max adds to the KV actually held, never negative (the KV
                        of prefilling requests counts in K, not in n_decode * ctx_max); 0 without
