@@ -20,7 +20,6 @@ from itertools import combinations
 
 import numba
 import numpy as np
-from scipy.optimize import least_squares, lsq_linear
 
 from evaluator.components import N_COMPONENTS, components_for_model, components_for_model_spread
 from evaluator.physics import REL_TOL, Constraints, constraint_residuals
@@ -30,6 +29,20 @@ STAGE_WEIGHT = 3.0  # a stage's per-token residual weighs like this many step-MA
 TTFT_WEIGHT = 2.0  # weight of the one-sided TTFT residual (see fit_constants)
 INVALID_PENALTY = 10.0
 MAX_STATES_PER_STAGE = 1500
+
+
+def least_squares(*args, **kw):
+    """scipy.optimize.least_squares, imported on first use: the search's driver imports this
+    module and never fits, and scipy.optimize costs every process that imports it ~40 MB
+    (issue 31's memory goal)."""
+    from scipy.optimize import least_squares as solve
+    return solve(*args, **kw)
+
+
+def lsq_linear(*args, **kw):
+    """scipy.optimize.lsq_linear, imported on first use (see least_squares)."""
+    from scipy.optimize import lsq_linear as solve
+    return solve(*args, **kw)
 
 
 @dataclass

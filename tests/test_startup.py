@@ -90,3 +90,20 @@ def test_a_command_still_imports_what_it_runs(tmp_path):
     out = subprocess.run([sys.executable, "-m", "evolve.cli", "evaluate", str(bad)], capture_output=True, text=True,
                          timeout=300, cwd=REPO)
     assert out.returncode != 0 and out.stderr.strip().startswith("error: ") and "Traceback" not in out.stderr
+
+
+def test_the_search_driver_loads_no_solver(tmp_path):
+    """The driver of `evolve run` schedules, archives and checks programs; its workers fit. SciPy's
+    solvers and statistics cost each process that imports them ~60 MB (issue 31's 1 GB goal), so
+    the driver must not load them, even after a run whose workers fitted programs."""
+    body = f"""
+import evolve.cli
+with contextlib.redirect_stdout(io.StringIO()):
+    evolve.cli.main(["run", "--budget", "4", "--workers", "1", "--seed", "0", "--archive", {str(tmp_path / "a.db")!r}])
+import sqlite3
+assert sqlite3.connect({str(tmp_path / "a.db")!r}).execute(
+    "select count(*) from programs").fetchone()[0] >= 4
+"""
+    loaded = _loaded(body, tmp_path)
+    assert "numba" in loaded  # the probe sees what the driver did load
+    assert not [m for m in loaded if m.startswith(("scipy.optimize", "scipy.stats"))], loaded
