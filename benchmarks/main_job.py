@@ -45,6 +45,11 @@ both commits below but for seconds):
 preempts and aborts without writing members back (benchmarks/bench_replay.py): 24% less CPU,
 26% less wall (the runs were on different days; this VM moves +-15%). This sampler took 36.6
 CPU-s of it at one sample a second. Still 1.8x the 10-minute goal.
+  9e472ad   1620.8 s  1.234    947 MB    1228 MB   3001 s   0.44 1.47 1.33 -> 1.91     65.0 s
+9e472ad (2026-11-27, fresh worktree: numba's cache cold): the driver no longer imports SciPy's
+solvers and statistics; PSS at the peak: driver 355 MB, workers 293 and 291 (7f41f7a: 387, 315,
+301). Same archive again. The wall time is not comparable with 7f41f7a's: this VM ran ~35%
+slower that day (benchmarks/bench_replay.py: 483-507 ms for the 16 replays against 364 ms).
 
 The 2,000-candidate trace run (`--data ../shared/data`, seed 0) at edb0d70, 2026-11-27
 08:18-09:02, with profiling and tests of mine beside it (load 0.45 -> 3.46; 1.30 cores for
