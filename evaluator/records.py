@@ -50,6 +50,12 @@ class StageScore(TypedDict):
 StepScore = dict  # per experiment: step_mape, spearman, n_rows (see evaluator.step_scoring.step_metrics)
 
 
+def nan_for_null(objectives: Mapping) -> dict:
+    """Objectives as read from strict JSON (an archive, a kept result): a null is the NaN or
+    infinity that was written, so it becomes NaN again."""
+    return {k: math.nan if v is None else v for k, v in objectives.items()}
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """One candidate scored: objectives (keys of `evaluator.objectives.ORDER`), the rows they
@@ -113,6 +119,7 @@ class Evaluation:
         kw["rows"] = tuple(dict(r) for r in kw.get("rows", ()))
         for k in ("constants", "overheads", "steps", "objectives", "holdout", "identifiability"):
             kw[k] = dict(kw.get(k, {}))
+        kw["objectives"] = nan_for_null(kw["objectives"])
         kw["sim_steps"] = int(kw.get("sim_steps", 0))
         kw["seconds"] = float(kw.get("seconds", 0.0))
         kw["fingerprint"] = tuple(kw.get("fingerprint", ()))

@@ -57,12 +57,13 @@ from sqlalchemy import (JSON, Boolean, Float, ForeignKey, Index, Integer, String
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.types import TypeDecorator
 
 from evaluator.objectives import ORDER, REGIMES_OPTIONAL, finite_or_none, handover_regrets, selection_loss, sortable_or_none
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # evaluator.program (numba) is imported where a program is parsed (`evolve frontier` never does)
     from evaluator.program import Program
-from evaluator.records import Evaluation
+from evaluator.records import Evaluation, nan_for_null
 from evolve.archive_check import ArchiveError, check_archive_file, describe_db_error, readonly_connect
 from evolve.pareto import pareto_front
 
@@ -85,6 +86,17 @@ ADDED_COLUMNS = (("evaluations", "lowo_e2e", "FLOAT"), ("evaluations", "lomo_e2e
 
 class Base(DeclarativeBase):
     pass
+
+
+class ObjectivesJSON(TypeDecorator):
+    """An objectives dict in strict JSON: every value is a number, so a null read back is the
+    NaN or infinity the judge wrote, and comes back as NaN (every ranking counts both as
+    INVALID, every view as missing)."""
+    impl = JSON
+    cache_ok = True
+
+    def process_result_value(self, value, dialect):
+        return nan_for_null(value) if isinstance(value, dict) else value
 
 
 class Run(Base):
@@ -135,7 +147,7 @@ class EvaluationRow(Base):
     program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), unique=True)
     valid: Mapped[bool] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    objectives: Mapped[Any] = mapped_column(JSON, default=dict)
+    objectives: Mapped[Any] = mapped_column(ObjectivesJSON, default=dict)
     step_mape: Mapped[float | None] = mapped_column(Float, nullable=True)
     e2e_mean: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
     e2e_worst: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -207,18 +219,24 @@ class Cell(Base):
 
 # ---------------------------------------------------------------- engine
 
-def _json_default(o):
+def _finite(o):
+    """`o` with NaN and infinities as None, numpy values as plain numbers, tuples and sets as
+    lists; anything else JSON cannot hold is left for json.dumps to refuse."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, Mapping):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple, set, frozenset)):
+        return [_finite(v) for v in o]
     if hasattr(o, "tolist"):  # numpy arrays and scalars
-        return o.tolist()
-    if isinstance(o, (set, frozenset, tuple)):
-        return list(o)
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+        return _finite(o.tolist())
+    return str(o) if isinstance(o, Path) else o
 
 
 def _json_dumps(o) -> str:
-    return json.dumps(o, default=_json_default)
+    """Strict JSON: NaN and infinities are stored as null (SQLite's json_extract, like any
+    strict parser, rejects the whole document otherwise)."""
+    return json.dumps(_finite(o), allow_nan=False)
 
 
 def make_engine(path: str | os.PathLike, echo: bool = False, readonly: bool = False):

@@ -3,6 +3,7 @@ tests/test_kill_resume.py): the CLI, the environment a token-authenticated clust
 free port, and a head node's start."""
 from __future__ import annotations
 
+import secrets
 import socket
 import subprocess
 import sys
@@ -10,8 +11,11 @@ import time
 from pathlib import Path
 
 RAY_CLI = str(Path(sys.executable).parent / "ray")
-# `ray start --head` turns token authentication on; every client of that cluster sends the token
-CLUSTER_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+# `ray start --head` turns token authentication on and refuses to start without a token (it
+# found one only where an earlier in-process `ray.init` had written ~/.ray/auth_token: on a
+# fresh machine the first cluster test failed or passed by test order); every node and client
+# of these clusters gets this session's own token
+CLUSTER_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def free_port() -> int:

@@ -74,3 +74,30 @@ def test_every_http_answer_is_strict(archive):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_archive_itself_is_strict_json(archive):
+    """The archive is for users too: SQLite's JSON functions (which reject NaN and Infinity in
+    a document) read every JSON column of every row, and the non-finite objectives a program
+    was written with come back to the search as NaN (both rank as INVALID)."""
+    import math
+    import sqlite3
+    path, pid = archive
+    con = sqlite3.connect(path)
+    for table, cols in (("evaluations", ("objectives", "rows", "steps", "constants", "overheads", "holdout",
+                                         "identifiability", "fingerprint")),
+                        ("runs", ("config",)), ("programs", ("parent_ids", "components"))):
+        for col in cols:
+            bad = con.execute(f"select count(*) from {table} where {col} is not null and not json_valid({col})"
+                              ).fetchone()[0]
+            assert bad == 0, (table, col)
+            for (text,) in con.execute(f"select {col} from {table} where {col} is not null"):
+                strict(text)
+    e2e = con.execute("select json_extract(e.objectives, '$.ttft_mean'), json_type(e.objectives, '$.e2e_mean') "
+                      "from evaluations e where program_id = ?", (pid,)).fetchone()
+    assert e2e == (0.1, "null")
+    con.close()
+    a = Archive(path)
+    obj = a.program(pid)["evaluation"]["objectives"]
+    a.close()
+    assert math.isnan(obj["e2e_mean"]) and math.isnan(obj["step_mape"]) and obj["ttft_mean"] == 0.1
