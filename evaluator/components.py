@@ -33,6 +33,8 @@ Definitions (times in microseconds, bf16 = 2 bytes):
                        difference t_decode_kv_max - t_decode_kv is 2.7 and 2.3 ms there. A
                        split-KV kernel (each request cut over several blocks) pays it too:
                        +1.2 and +1.9 ms on an H200 (benchmarks/h100_spread_attention.py).
+                       Only once the batch fills the GPU: at 32 decodes ~0-0.2 ms, so this
+                       term, linear in the excess tokens, overstates small batches.
   t_decode_spread      max(n_decode * ctx_max - K, 0) * 2 * L * nkv*hd * 2 bytes / TP / hbm_bw:
                        what t_decode_kv_max adds to the KV actually held, never negative (the KV
                        of prefilling requests counts in K, not in n_decode * ctx_max); 0 without
