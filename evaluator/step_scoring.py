@@ -81,13 +81,13 @@ def build_step_rows(gt: GroundTruth, train_fraction: float = 0.7) -> dict[str, S
 
 def step_metrics(pred: np.ndarray, rows: StepRows, part: str = "test") -> dict[str, dict]:
     """Per experiment: MAPE vs the measured cycle on `part`, Spearman vs duration_us (all rows)."""
+    from scipy.stats import spearmanr  # here, not at the top: the driver never calls it (~25 MB)
     out = {}
     sel_part = ~rows.train if part == "test" else rows.train
     for exp_id in np.unique(rows.experiment):
         m = rows.experiment == exp_id
         t = m & sel_part & rows.has_target
         mape = float(np.mean(np.abs(pred[t] - rows.target_us[t]) / rows.target_us[t])) if t.any() else np.nan
-        from scipy.stats import spearmanr  # here, not at the top: the driver never calls it (~25 MB)
         rho = spearmanr(pred[m], rows.duration_us[m]).statistic if m.sum() > 2 else np.nan
         out[str(exp_id)] = {"step_mape": mape, "spearman_duration": float(rho), "n": int(t.sum())}
     return out
