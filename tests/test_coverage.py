@@ -26,7 +26,7 @@ def test_coverage_of_the_embedded_default():
     json.dumps(cov, allow_nan=False)  # strict JSON: a regime that could not be scored is null
     lines = coverage_lines(cov)
     assert lines[0].startswith("Fitted on: 16 experiments") and lines[-1].startswith("Not validated for: ")
-    assert "long-decode E2E 16.7%" in lines[2] and "overload failures —" in lines[2]
+    assert "long-decode error 16.7%" in lines[2] and "overload failures —" in lines[2]
 
 
 def test_short_data_says_what_it_never_saw():

@@ -12,8 +12,8 @@ import pytest
 
 from evaluator.data import load
 from evaluator.evaluate import Evaluator
-from evaluator.holdout import (KINDS, OVERLOADED, PREFIX, holdout_scores, long_workloads, make_split,
-                               request_context, splits_of)
+from evaluator.holdout import (KINDS, OVERLOADED, PREFIX, holdout_scores, long_workloads, make_split, ranked_error,
+                               request_context, splits_of, summarize)
 from evaluator.objectives import (HELDOUT, HELDOUT_ORDER, IN_SAMPLE_ORDER, objective_vector, regime_errors,
                                   selection_loss, vector_order)
 from evaluator.program import parse_program
@@ -101,7 +101,7 @@ def test_heldout_objectives_rows_and_json(scored, gt):
         assert not block["errors"]
         name = f"{PREFIX[kind]}_e2e"
         assert math.isfinite(scored.objectives[name]) and scored.objectives[name] >= 0
-        timed = [r["e2e_err"] for r in block["rows"] if r["e2e_err"] is not None]  # not the mostly failed
+        timed = [ranked_error(r, kind) for r in block["rows"] if r["e2e_err"] is not None]  # not the mostly failed
         assert scored.objectives[name] == pytest.approx(np.mean(timed))
         assert block["objectives"][f"{PREFIX[kind]}_e2e_worst"] >= block["objectives"][name]
         for r in block["rows"]:
@@ -166,19 +166,40 @@ def test_long_decode_split_fits_on_shorter_contexts_only(gt):
 
 
 def test_long_decode_and_overload_objectives(scored):
-    """`long_e2e` is the long split's mean E2E error; `overload_fail` the mean failed-fraction
-    error over its stages that were overloaded in the measurement (70b, mixtral, 7b reasoning:
-    not codellama's 0.08%)."""
+    """`long_e2e` is the long split's mean error: E2E on a stage below overload (codellama's
+    0.08% failed), per-token time on one the measurement overloaded with latencies left (70b:
+    33% failed; mixtral's and 7b's mostly failed, no latency); `overload_fail` the mean
+    failed-fraction error over its overloaded stages (70b, mixtral, 7b reasoning)."""
     b = scored.holdout["long"]
     assert not b["errors"]
-    timed = [r["e2e_err"] for r in b["rows"] if r["e2e_err"] is not None]
-    assert scored.objectives["long_e2e"] == pytest.approx(np.mean(timed))
+    by_model = {r["model"]: r for r in b["rows"]}
+    ranked = [by_model["codellama-34b"]["e2e_err"], by_model["llama-2-70b"]["itl_err"]]
+    assert None not in ranked and by_model["llama-2-70b"]["e2e_err"] != by_model["llama-2-70b"]["itl_err"]
+    assert by_model["mixtral-8x7b"]["itl_err"] is None and by_model["llama-2-7b"]["itl_err"] is None
+    assert scored.objectives["long_e2e"] == pytest.approx(np.mean(ranked))
+    assert b["objectives"]["long_e2e_worst"] == pytest.approx(max(ranked))
     over = [r for r in b["rows"] if r["meas_fail"] > OVERLOADED]
     assert {r["model"] for r in over} == {"llama-2-7b", "llama-2-70b", "mixtral-8x7b"}
     assert scored.objectives["overload_fail"] == pytest.approx(np.mean([abs(r["pred_fail"] - r["meas_fail"])
                                                                        for r in over]))
     assert set(regime_errors(scored.objectives)) == {"lowo_e2e", "lomo_e2e", "load_e2e", "long_e2e", "overload_fail"}
     assert vector_order([scored.objectives]) == (*HELDOUT, "complexity", "long_e2e", "overload_fail")
+
+
+def test_an_overloaded_stage_ranks_long_decode_on_its_per_token_time():
+    """Only the long-decode regime swaps E2E for the per-token time, and only on a stage the
+    measurement overloaded: elsewhere (and in LOMO, LOWO, high load) E2E is what is ranked,
+    and a stage without latencies (mostly failed) counts in none of them."""
+    calm = {"e2e_err": 0.10, "itl_err": 0.02, "ttft_err": 0.3, "meas_fail": 0.0008}
+    queued = {"e2e_err": 0.30, "itl_err": 0.04, "ttft_err": 0.5, "meas_fail": 0.33}
+    lost = {"e2e_err": None, "itl_err": None, "ttft_err": None, "meas_fail": 0.69}
+    assert [ranked_error(r, "long") for r in (calm, queued, lost)] == [0.10, 0.04, None]
+    assert [ranked_error(r, "model") for r in (calm, queued, lost)] == [0.10, 0.30, None]
+    long = summarize([calm, queued, lost], {}, "long")
+    assert long["long_e2e"] == pytest.approx(0.07) and long["long_e2e_worst"] == pytest.approx(0.10)
+    assert long["long_itl"] == pytest.approx(0.03)  # the diagnostics stay per kind of error
+    assert summarize([calm, queued, lost], {}, "model")["lomo_e2e"] == pytest.approx(0.20)
+    assert math.isinf(summarize([calm], {"long": "runaway"}, "long")["long_e2e"])
 
 
 # ---------------------------------------------------------------- ranking

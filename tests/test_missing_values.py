@@ -217,14 +217,14 @@ def test_unscored_regimes_are_dashes_in_every_table_and_null_in_json(heldout_arc
     a = Archive(path, readonly=True)
     text = _text(lambda con: render_frontier(frontier_table(a, run), con))
     _check_cells(text)
-    assert "long-decode E2E" in text
+    assert "long-decode error" in text
     main(["frontier", "--json", "--archive", str(path)])
     rows = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
     assert rows and all(r["long_e2e"] is None and r["overload_fail"] is None for r in rows)
     assert all(r["duplicate_of"] is None and isinstance(r["duplicates"], list) for r in rows)
     page = open(report_html(a, tmp_path / "r.html", run=run, gt=gt), encoding="utf-8").read()
     card = page[page.index('id="recommended"'):page.index("</section>")]
-    assert re.search(r'long-decode E2E[^<]*</div><div class="v">—</div>', card), card
+    assert re.search(r'long-decode error[^<]*</div><div class="v">—</div>', card), card
     assert "nan" not in card.lower().replace("nan%", "") and "inf" not in re.sub(r"<[^>]+>", "", card).lower()
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", page)
     assert MISSING in cells and not [c for c in cells if c.strip().lower() in ("nan", "inf", "-inf", "-", "none")]

@@ -319,9 +319,9 @@ def test_report_opens_in_chromium_without_errors(gt, tmp_path):
             assert first["y"] == 0 and max(first["card"], first["regimes"], first["coverage"]) <= first["h"], first
             card = pg.locator("#recommended").inner_text()
             assert f"Recommended: program #{best['id']}" in card
-            for label in ("LOWO E2E", "LOMO E2E", "high-load E2E", "long-decode E2E", "overload failures"):
+            for label in ("LOWO E2E", "LOMO E2E", "high-load E2E", "long-decode error", "overload failures"):
                 assert label in card
-            assert "long-decode E2E (worst)" in card  # the regime it is ranked on
+            assert "long-decode error (worst)" in card  # the regime it is ranked on
             assert "Fitted on:" in card and "Not validated for:" in card and "predict_step_time" in card
             # the Pareto plot: the recommended star and every frontier program inside the axes
             assert pg.locator("#plot-pareto .scatterlayer .trace path.point").count() >= len(ids)
@@ -381,7 +381,7 @@ def test_the_recommended_program_is_the_best_worst_regime_and_marked_everywhere(
     con = Console(record=True, width=400)
     show_program(a, ids["even"], con)
     text = con.export_text()
-    assert f"★ recommended for run {run}" in text and "long-decode E2E 12.0%" in text
+    assert f"★ recommended for run {run}" in text and "long-decode error 12.0%" in text
     con = Console(record=True, width=200)
     show_program(a, ids["spiky"], con)
     assert "recommended" not in con.export_text()
