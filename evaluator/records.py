@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import PurePath
 from typing import TypedDict
 
 from evaluator.objectives import ORDER, invalid_objectives
@@ -48,6 +49,25 @@ class StageScore(TypedDict):
 
 
 StepScore = dict  # per experiment: step_mape, spearman, n_rows (see evaluator.step_scoring.step_metrics)
+
+
+def strict_json(o, loose: bool = False):
+    """`o` as plain values strict JSON holds: NaN and infinities as None (the null
+    `nan_for_null` reads back), numpy values as plain numbers, tuples and sets as lists, paths
+    as strings. Anything else is left for `json.dumps` to refuse (the archive: what it cannot
+    read back must not be stored), or with `loose` turned into its string, keys included
+    (the views: they print whatever they are handed)."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if o is None or isinstance(o, (str, bool, int)):
+        return o
+    if isinstance(o, Mapping):
+        return {(str(k) if loose else k): strict_json(v, loose) for k, v in o.items()}
+    if isinstance(o, (list, tuple, set, frozenset)):
+        return [strict_json(v, loose) for v in o]
+    if hasattr(o, "tolist"):  # numpy arrays and scalars
+        return strict_json(o.tolist(), loose)
+    return str(o) if loose or isinstance(o, PurePath) else o
 
 
 def nan_for_null(objectives: Mapping) -> dict:

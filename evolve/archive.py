@@ -63,7 +63,7 @@ from evaluator.objectives import ORDER, REGIMES_OPTIONAL, finite_or_none, handov
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # evaluator.program (numba) is imported where a program is parsed (`evolve frontier` never does)
     from evaluator.program import Program
-from evaluator.records import Evaluation, nan_for_null
+from evaluator.records import Evaluation, nan_for_null, strict_json
 from evolve.archive_check import ArchiveError, check_archive_file, describe_db_error, readonly_connect
 from evolve.pareto import pareto_front
 
@@ -219,24 +219,10 @@ class Cell(Base):
 
 # ---------------------------------------------------------------- engine
 
-def _finite(o):
-    """`o` with NaN and infinities as None, numpy values as plain numbers, tuples and sets as
-    lists; anything else JSON cannot hold is left for json.dumps to refuse."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, Mapping):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple, set, frozenset)):
-        return [_finite(v) for v in o]
-    if hasattr(o, "tolist"):  # numpy arrays and scalars
-        return _finite(o.tolist())
-    return str(o) if isinstance(o, Path) else o
-
-
 def _json_dumps(o) -> str:
     """Strict JSON: NaN and infinities are stored as null (SQLite's json_extract, like any
     strict parser, rejects the whole document otherwise)."""
-    return json.dumps(_finite(o), allow_nan=False)
+    return json.dumps(strict_json(o), allow_nan=False)
 
 
 def make_engine(path: str | os.PathLike, echo: bool = False, readonly: bool = False):

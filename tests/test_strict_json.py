@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from evaluator.records import Evaluation
+from evaluator.records import Evaluation, strict_json
 from evolve.archive import Archive
 from evolve.views.server import make_server
 from tests import hostile
@@ -101,3 +101,21 @@ def test_the_archive_itself_is_strict_json(archive):
     obj = a.program(pid)["evaluation"]["objectives"]
     a.close()
     assert math.isnan(obj["e2e_mean"]) and math.isnan(obj["step_mape"]) and obj["ttft_mean"] == 0.1
+
+
+def test_one_walker_two_policies():
+    """The archive and the views share `strict_json`: both store non-finite numbers as null and
+    numpy values as numbers; only the views' loose policy turns what JSON cannot hold into a
+    string, so the archive still refuses it (the write fails whole: test_add_candidate_is_atomic)."""
+    import math
+    from pathlib import Path
+
+    import numpy as np
+    value = {"a": [np.float64("nan"), np.int64(3), (math.inf, 1.5)], "p": Path("/x"), 7: {np.float32(2.5)}}
+    assert strict_json(value) == {"a": [None, 3, [None, 1.5]], "p": "/x", 7: [2.5]}
+    assert json.loads(json.dumps(strict_json(value), allow_nan=False)) == {"a": [None, 3, [None, 1.5]], "p": "/x",
+                                                                         "7": [2.5]}
+    with pytest.raises(TypeError):
+        json.dumps(strict_json({"x": object()}), allow_nan=False)
+    loose = strict_json({"x": object, 7: np.array([np.nan, 1.0])}, loose=True)
+    assert loose == {"x": str(object), "7": [None, 1.0]}

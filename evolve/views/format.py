@@ -8,12 +8,12 @@ experiment-stage rows); the accessors here accept all three so no caller convert
 """
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from evaluator.objectives import Caps, finite_or_none
+from evaluator.records import strict_json
 
 # evaluator.program (numba) is imported where a program is parsed, not here: `evolve frontier`
 # and `evolve --help` import this module and never parse one (tests/test_startup.py)
@@ -166,15 +166,6 @@ def complexity_of(rec: Mapping) -> float | None:
 
 
 def clean_json(o):
-    """Strict-JSON-safe copy: NaN and infinities become None, numpy values plain numbers."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, Mapping):
-        return {str(k): clean_json(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple, set, frozenset)):
-        return [clean_json(v) for v in o]
-    if o is None or isinstance(o, (str, bool, int)):
-        return o
-    if hasattr(o, "tolist"):
-        return clean_json(o.tolist())
-    return str(o)
+    """Strict-JSON-safe copy for the views: `evaluator.records.strict_json`, loose (keys and
+    unknown objects as strings)."""
+    return strict_json(o, loose=True)
