@@ -46,7 +46,7 @@ from evaluator.records import Evaluation
 KINDS = ("workload", "model", "load", "long")
 PREFIX = {"workload": "lowo", "model": "lomo", "load": "load", "long": "long"}  # objective name prefixes
 TITLE = {"workload": "leave one workload out", "model": "leave one model out", "load": "leave high load out",
-         "long": "long decode (fitted on shorter contexts)"}
+         "long": "long decode (fitted on shorter contexts; an overloaded stage ranked on its per-token time)"}
 LONG_RATIO = 1.5  # a workload is long when its requests' final context is this much above the next shorter one's
 OVERLOADED = 0.01  # a stage whose measured failed fraction exceeds this was overloaded
 
