@@ -51,6 +51,18 @@ solvers and statistics; PSS at the peak: driver 355 MB, workers 293 and 291 (7f4
 301). Same archive again. The wall time is not comparable with 7f41f7a's: this VM ran ~35%
 slower that day (benchmarks/bench_replay.py: 483-507 ms for the 16 replays against 364 ms).
 
+3468e9c (2026-11-27 14:08-14:42, fresh worktree; ~1 min of tests beside its start): the long-
+decode regime ranks an overloaded stage on its per-token time (evaluator.holdout.ranked_error),
+so the search ranks and hands over differently: 2028.2 s, 0.986 eval/s, peak PSS 958 MB (RSS
+1241 MB; driver 356, workers 300 / 294), CPU 3556 s (driver 72 s, sampler 49 s), load 0.96 ->
+1.96; 427 full evaluations (4.71 CPU-s each against 3.82 at 9e472ad), 1,443 screens (0.90 s
+valid against 0.81), 130 twins; frontier 123, hypervolume 44.872 (over the new regime: not
+comparable); hands over #1173 (`t_step_measured + t_allreduce + (PER_LAYER + t_prefill_attn) *
+layers + t_decode_spread`): LOWO 1.5%, LOMO 3.9%, high load 2.5%, long decode 12.5%, overload
+27.6 points (#1030: 1.8 / 8.9 / 2.4 / 16.7 under the old rule / 34.8). Not the programs made it
+slower: a full evaluation simulated 2% more steps than at 9e472ad, while the 8 seeds (the same
+programs, evaluated as my tests ran) cost 4.96 CPU-s each against 3.53; the VM ran slow that hour.
+
 The 2,000-candidate trace run (`--data ../shared/data`, seed 0) at edb0d70, 2026-11-27
 08:18-09:02, with profiling and tests of mine beside it (load 0.45 -> 3.46; 1.30 cores for
 the run): 2646.3 s, 0.756 evaluations/s, peak PSS 1432 MB (RSS 1811 MB), CPU 3448 s; 394 full
