@@ -69,6 +69,12 @@ the run): 2646.3 s, 0.756 evaluations/s, peak PSS 1432 MB (RSS 1811 MB), CPU 344
 evaluations, 1,533 screens, 73 twins; frontier 123; hands over #1120. Not a timing; the last
 quiet one (two sessions before) took 36.2 min.
 
+The trace run at 109c3ec (2026-11-27 14:42-15:19, nothing else running but ~15 min of niced
+tests; load 1.29 -> 2.03): 2209.9 s (36.8 min; goal 12), 0.905 eval/s, peak PSS 1464 MB (RSS
+1788 MB; driver 457, workers 501 / 498), CPU 4044 s; 340 full evaluations, 1,592 screens, 68
+twins; frontier 107; hands over #476 (LOWO 2.1%, LOMO 6.0%, high load 4.4%, long decode 1.1%,
+overload 25.3 points; `benchmarks/regime_figures.py` in docs/failed_requests.md).
+
 The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
 own states was ~640 MB RSS once ready, one that adopts them ~340 MB. The archives of the
