@@ -139,6 +139,12 @@ def _mean(xs) -> float:
     return float(np.mean(xs)) if len(xs) else math.inf
 
 
+def overloaded(row: dict) -> bool:
+    """Whether a held-out stage row was overloaded in the measurement: more than OVERLOADED of
+    its requests failed (the overload objective's stages; long decode ranks them per token)."""
+    return row.get("meas_fail") is not None and row["meas_fail"] > OVERLOADED
+
+
 def ranked_error(row: dict, kind: str) -> float | None:
     """The latency error a held-out stage is ranked on: its mean E2E error, but on the
     long-decode split a stage the measurement overloaded (more than OVERLOADED of its requests
@@ -148,7 +154,7 @@ def ranked_error(row: dict, kind: str) -> float | None:
     what the regime is for, hardly at all (the README job's archive, embedded default, ranked
     a program 33% off on codellama reasoning and 8.7% per token on 70b reasoning above one
     11% and 2.5% off). None where the stage has no latency (it mostly failed)."""
-    if kind == "long" and row.get("meas_fail") is not None and row["meas_fail"] > OVERLOADED:
+    if kind == "long" and overloaded(row):
         return row.get("itl_err")
     return row.get("e2e_err")
 
@@ -247,10 +253,10 @@ def overload_error(blocks: dict) -> float | None:
     held-out stages that were overloaded in the measurement: those of the long-decode split where
     it has any, else those of every held-out split. Infinite if a split that holds such a stage
     could not be scored; None where no held-out stage was overloaded (no objective)."""
-    def overloaded(b):
-        return [r for r in b["rows"] if r.get("meas_fail") is not None and r["meas_fail"] > OVERLOADED]
-    order = [blocks["long"]] if "long" in blocks and overloaded(blocks["long"]) else list(blocks.values())
-    rows = [r for b in order for r in overloaded(b)]
+    def stages(b):
+        return [r for r in b["rows"] if overloaded(r)]
+    order = [blocks["long"]] if "long" in blocks and stages(blocks["long"]) else list(blocks.values())
+    rows = [r for b in order for r in stages(b)]
     if not rows:
         if "long" in blocks and blocks["long"]["errors"]:
             return math.inf  # the split that would hold the overloaded stages failed
