@@ -31,6 +31,10 @@ leaks in, and only the held-out model's experiments need simulating. LOWO cannot
 shortcut (the in-sample constants saw the held-out workload), so it simulates the fitted
 workloads too: two thirds of its simulations exist only to fit overheads.
 
+Measured step rows (`JudgeData.row_mask`) follow the split as the requests do: a fit reads
+only the rows of its fitted experiments' fitted stages (until 2026-11-27 it read every row of
+the model, so the workload and load splits fitted on the held-out part's measured cycles).
+
 Leakage left, by design: the batch states the surrogate fit reads come from the evaluator's
 reference simulation, calibrated per model on all its stages (docs/architecture.md).
 """

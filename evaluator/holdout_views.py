@@ -101,9 +101,9 @@ def extrapolating_branches(view: JudgeData, program, constants: dict) -> list[st
         X = branch_states(view, e, "fit")
         if c is not None and len(X):
             fitted.append((X, c))
-    for model in sorted({e.model for e in view.fit_exps} & set(view.step_rows)):
+    for model in sorted({e.model for e in view.fit_exps} & set(view.fit_rows)):
         c = view.consts_for(next(e for e in view.fit_exps if e.model == model), consts)
-        rows = view.step_rows[model]
+        rows = view.fit_rows[model]
         if c is not None:
             fitted.append((rows.X[rows.has_target], c))
     for e in view.report_exps:

@@ -17,7 +17,7 @@ from evaluator.components import MODEL_FIELDS
 from evaluator.data import GroundTruth, per_token_time
 from evaluator.fitting import StageStates
 from evaluator.holdout import Split, make_split
-from evaluator.step_scoring import build_step_rows
+from evaluator.step_scoring import UNPLACED, build_step_rows
 from evaluator.workload import build_workload
 
 MOSTLY_FAILED = 0.5  # a stage whose measured failure fraction is above this is scored on it alone
@@ -75,6 +75,7 @@ class JudgeData:
             self.exps = [e for e in self.all_exps if e.id in split.fit or e.id in split.report]
             self.fit_exps = [e for e in self.all_exps if e.id in split.fit]
             self.report_exps = [e for e in self.all_exps if e.id in split.report]
+        self.fit_rows = self._rows_of(split, "fit")  # the step rows its fits read, per model
         self._probe_cache: dict[str, np.ndarray] = {}
         self._ref_states_cache: dict[str, list[StageStates]] = {}
         self._cons_cache: dict[str, physics.Constraints] = {}
@@ -144,10 +145,40 @@ class JudgeData:
             return consts["*"]
         return None
 
+    def row_mask(self, rows, split: Split | None, side: str) -> np.ndarray:
+        """Which of a model's step rows lie in the split's fitted (`side="fit"`) or reported
+        (`"report"`) stages: a held-out workload's, model's or load stage's measured step cycles
+        are as held out as its requests. A row without a known stage (`UNPLACED`) counts only
+        where every stage of its experiment is on that side."""
+        stages = split.fit if side == "fit" else split.report
+        keep = np.zeros(len(rows.experiment), bool)
+        for exp_id in np.unique(rows.experiment):
+            e = next((x for x in self.all_exps if x.id == exp_id), None)
+            if e is None or exp_id not in stages:
+                continue
+            m = rows.experiment == exp_id
+            st = rows.stage[m] if rows.stage is not None else np.full(int(m.sum()), UNPLACED)
+            whole = set(stages[exp_id]) >= {s.index for s in e.stages}
+            keep[m] = np.isin(st, stages[exp_id]) | ((st == UNPLACED) & whole)
+        return keep
+
+    def _rows_of(self, split: Split | None, side: str) -> dict:
+        """The step rows per model on one side of `split`; in-sample, every row (the fits read
+        its training window, `StepRows.train`). Under a split, all rows of the fitted stages
+        train, as all their requests do."""
+        if split is None:
+            return dict(self.step_rows)
+        out = {}
+        for model, rows in self.step_rows.items():
+            keep = self.row_mask(rows, split, side)
+            if keep.any():
+                out[model] = rows.select(keep, np.ones(len(keep), bool))
+        return out
+
     def rows_for(self, group_exps) -> list:
-        """The real step rows of these experiments' models."""
+        """The real step rows of these experiments' models that this view fits on (`fit_rows`)."""
         models = {e.model for e in group_exps}
-        return [self.step_rows[m] for m in sorted(models) if m in self.step_rows]
+        return [self.fit_rows[m] for m in sorted(models) if m in self.fit_rows]
 
     def models_of(self, key, exps) -> list[str]:
         """Models a constant vector serves: its group's, and under a global fit every model."""

@@ -225,8 +225,8 @@ def probes(data: JudgeData, group_exps) -> np.ndarray:
     """Component rows covering what a simulation of these experiments visits."""
     ref = reference_states(data)
     parts = [state_probes(data, e, ref[e.id]) for e in group_exps]
-    for rows in data.rows_for(group_exps):
-        parts.append(rows.X)  # all of them: validity is checked on every real row
+    for m in sorted({e.model for e in group_exps} & set(data.step_rows)):
+        parts.append(data.step_rows[m].X)  # all of them: validity is checked on every real row (states, no targets)
     X = np.vstack(parts)
     work = X[:, COMPONENT_INDEX["P"]] + X[:, COMPONENT_INDEX["D"]]
     return np.ascontiguousarray(X[work > 0])  # a row that computes no token has no floor to hold

@@ -203,8 +203,12 @@ def score(data: JudgeData, f, consts, replay: Replay, overheads_in, part: str = 
         work = rows.X[:, COMPONENT_INDEX["P"]] + rows.X[:, COMPONENT_INDEX["D"]] > 0  # idle rows run nothing
         if not np.all(np.isfinite(pred[work]) & (pred[work] >= 1.0)):
             return invalid(f"invalid prediction on real step rows of {model}", time.perf_counter())
-        if data.diagnostics:
-            steps.update(step_metrics(pred, rows, "test" if data.holdout is None else "all"))
+        if data.diagnostics and data.split is None:
+            steps.update(step_metrics(pred, rows, "test"))
+        elif data.diagnostics:  # a held-out view: its reported stages' rows only
+            keep = data.row_mask(rows, data.split, "report")
+            if keep.any():
+                steps.update(step_metrics(pred[keep], rows.select(keep), "all"))
     return Evaluation(valid=True, constants=constants, overheads=overheads, rows=tuple(scores), steps=steps,
                       objectives=_objectives(data, scores, steps))
 

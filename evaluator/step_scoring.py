@@ -44,11 +44,37 @@ class StepRows:
     X: np.ndarray  # components, C-contiguous
     target_us: np.ndarray  # next_step_start_delta_us (NaN where absent)
     duration_us: np.ndarray
-    train: np.ndarray  # bool: first `train_fraction` of each experiment's steps by step_id
+    train: np.ndarray  # bool: in the first `train_fraction` of its load stage's time, as the training requests
+    stage: np.ndarray | None = None  # load stage index per row (`row_stages`)
 
     @property
     def has_target(self) -> np.ndarray:
         return np.isfinite(self.target_us)
+
+    def select(self, keep: np.ndarray, train: np.ndarray | None = None) -> "StepRows":
+        """The rows where `keep`; `train` (over all rows) replaces the train mask."""
+        train = self.train if train is None else train
+        return StepRows(self.model, self.experiment[keep], np.ascontiguousarray(self.X[keep]), self.target_us[keep],
+                        self.duration_us[keep], train[keep], None if self.stage is None else self.stage[keep])
+
+
+UNPLACED = -1  # a row of a multi-stage experiment without a step clock: no stage known
+
+
+def row_stages(e, ts_ns: np.ndarray, train_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Load stage of each step row of experiment `e`, and whether it lies in its stage's
+    training window (the first `train_fraction` of the stage's time, as the training requests).
+    Steps carry the server's clock and requests the client's, so a row's time is counted from
+    the experiment's first sampled step (about the first arrival: rows are ~10% of steps, a
+    fraction of a second apart, against stages of minutes); rows after the last stage's end
+    (the drain) belong to the last stage."""
+    t = (ts_ns - ts_ns.min()) / 1e9 if len(ts_ns) else np.zeros(0)
+    starts = np.array([s.start_s for s in e.stages], np.float64)
+    order = np.argsort(starts, kind="stable")
+    pos = np.clip(np.searchsorted(starts[order], t, side="right") - 1, 0, len(order) - 1)
+    stage = np.array([e.stages[i].index for i in order], np.int64)[pos]
+    ends = np.array([e.stages[i].start_s + train_fraction * e.stages[i].duration_s for i in order])[pos]
+    return stage, t < ends
 
 
 def build_step_rows(gt: GroundTruth, train_fraction: float = 0.7) -> dict[str, StepRows]:
@@ -70,12 +96,21 @@ def build_step_rows(gt: GroundTruth, train_fraction: float = 0.7) -> dict[str, S
             m = ids == exp_id
             X[m] = components_for_model(exps[exp_id].model_vec(hw), *(np.ascontiguousarray(a[m]) for a in agg))
         train = np.zeros(len(s), bool)
-        for exp_id in s["experiment_id"].unique():
-            idx = np.flatnonzero((s["experiment_id"] == exp_id).to_numpy())
-            train[idx[: int(len(idx) * train_fraction)]] = True  # rows are sorted by step_id
-        out[model] = StepRows(model, s["experiment_id"].to_numpy(), np.ascontiguousarray(X),
+        stage = np.zeros(len(s), np.int64)
+        timed = "ts_start_ns" in s.columns and s["ts_start_ns"].notna().all()
+        ts = s["ts_start_ns"].to_numpy(np.int64) if timed else None
+        for exp_id in np.unique(ids):
+            m = ids == exp_id
+            e = exps[exp_id]
+            if timed:
+                stage[m], train[m] = row_stages(e, ts[m], train_fraction)
+            else:  # no clock: in step order (rows are sorted by step_id); a stage only where there is one
+                idx = np.flatnonzero(m)
+                train[idx[: int(len(idx) * train_fraction)]] = True
+                stage[m] = e.stages[0].index if len(e.stages) == 1 else UNPLACED
+        out[model] = StepRows(model, ids, np.ascontiguousarray(X),
                               s["next_step_start_delta_us"].to_numpy(np.float64, na_value=np.nan),
-                              f("duration_us"), train)
+                              f("duration_us"), train, stage)
     return out
 
 
