@@ -89,13 +89,19 @@ def test_closed_mid_reply(stub):
 
 
 def test_stuck_call_does_not_hold_the_process(tmp_path):
-    """A process whose call is stuck past its deadline exits at once (the call's thread is a daemon)."""
+    """A process whose call is stuck past its deadline exits at once (the call's thread is a daemon).
+    A first call warms litellm up (as `_warm` does here), so the stuck call waits on the stalled
+    socket: on a loaded machine a cold call's 1 s deadline could pass while its daemon thread was
+    still importing litellm's modules at interpreter exit (a CI run once hung there)."""
     code = f"""
 import sys, time
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 from openai_stub_server import StubServer
 from evolve.llm import LLMMutator, ParentInfo
 s = StubServer().start()
+s.push_reply({GOOD!r})
+warm = LLMMutator("openai/stub-model", api_base=s.api_base, api_key="t", max_retries=0, timeout_s=60)
+assert warm.propose("improve", [ParentInfo({PARENT!r})], seed=0).ok
 s.mode = ("stall", 0.0)
 m = LLMMutator("openai/stub-model", api_base=s.api_base, api_key="t", max_retries=0, timeout_s=1.0)
 r = m.propose("improve", [ParentInfo({PARENT!r})], seed=1)
