@@ -161,10 +161,11 @@ def _regimes_and_units(prog, objectives) -> dict:
 
 
 def cmd_evaluate(args) -> int:
+    from evaluator.fit_starts import spread
     from evaluator.holdout import KINDS
     from evaluator.program import ProgramError, parse_program
     from evolve.evaluate_file import EvaluateError, default_time_limit, evaluate_in_worker, regular_file_text
-    from evolve.views.holdout_table import holdout_table, split_table
+    from evolve.views.holdout_table import holdout_table, split_table, starts_table
     from evolve.views.tables import render_breakdown
     try:  # a FIFO, device or directory is refused before it is opened (a FIFO would block)
         prog = parse_program(regular_file_text(args.program))
@@ -174,15 +175,22 @@ def cmd_evaluate(args) -> int:
     heldout = () if not args.holdout else KINDS if args.holdout == "all" else (args.holdout,)
     limit = args.time_limit if args.time_limit is not None else default_time_limit(bool(heldout))
     try:  # in a killable worker under the search's per-candidate limit; --breakdown: the reported
-        # experiments simulated again with the fitted constants
-        res, parts = evaluate_in_worker(prog.source, args.data, args.train_fraction, heldout, args.breakdown, limit)
+        # experiments simulated again with the fitted constants; --starts: fitted from other starts
+        got = evaluate_in_worker(prog.source, args.data, args.train_fraction, heldout, args.breakdown, limit,
+                                 starts=args.starts)
     except EvaluateError as e:
         sys.exit(f"error: {args.program}: {e}")
+    res, parts = got[0], got[1]
+    starts = None
+    if args.starts > 1:
+        starts = {"records": got[2], "spread": spread(got[2])}
     if args.json:
         out = res.to_json()
         out.update(_regimes_and_units(prog, res.objectives))
         if args.breakdown:
             out["breakdown"] = parts
+        if starts is not None:
+            out["fit_starts"] = starts
         print(json.dumps(clean_json(out), indent=1, allow_nan=False))
     else:
         print(json.dumps(clean_json({"valid": res.valid, "error": res.error, "objectives": res.objectives,
@@ -193,6 +201,8 @@ def cmd_evaluate(args) -> int:
         if res.holdout:
             _console().print(holdout_table({Path(args.program).name: res}))
             _console().print(split_table({Path(args.program).name: res}))
+        if starts is not None:
+            _console().print(starts_table(starts["spread"], args.starts))
     return 0 if res.valid else 1
 
 
@@ -778,6 +788,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--holdout", nargs="?", const="all", choices=_HoldoutChoices(), metavar="KIND",
                    help="also fit and score leaving out each workload / each model / the high load "
                         "(workload, model, load; default all three)")
+    e.add_argument("--starts", type=POSITIVE_INT, default=1, metavar="N",
+                   help="also fit from N-1 more start points (seeded multiples of the declared constants) and "
+                        "print each regime's range over them: how far the data pins the figures down (default 1)")
     e.set_defaults(func=cmd_evaluate)
 
     m = sub.add_parser("make-default", help="regenerate the embedded workload table from a data dir")

@@ -18,6 +18,7 @@ import stat
 from evaluator.data import load
 from evaluator.errors import DataError
 from evaluator.evaluate import Evaluator
+from evaluator.fit_starts import evaluate_starts
 from evaluator.program import parse_program
 from evaluator.records import Evaluation
 from evolve.config import RunConfig
@@ -47,7 +48,7 @@ def default_time_limit(heldout: bool) -> float:
     return RunConfig().timeout_s * (HELDOUT_TIMEOUT_FACTOR if heldout else 1)
 
 
-def _main(conn, source, data, train_fraction, heldout, breakdown):
+def _main(conn, source, data, train_fraction, heldout, breakdown, starts=1):
     die_with_parent()
     try:
         try:
@@ -65,17 +66,21 @@ def _main(conn, source, data, train_fraction, heldout, breakdown):
         conn.send(("evaluated", res.to_json()))
         if breakdown and res.valid:
             conn.send(("breakdown", ev.breakdown(prog, res)))
+        if starts > 1:
+            conn.send(("starts", evaluate_starts(ev, prog, starts, heldout=heldout, first=res)))
         conn.send(("done", None))
     except BaseException as e:  # noqa: BLE001 - one line to the parent, never a traceback
         conn.send(("crash", f"{type(e).__name__}: {e}"[:500]))
 
 
 def evaluate_in_worker(source: str, data, train_fraction: float, heldout: tuple, breakdown: bool,
-                       time_limit_s: float):
-    """(Evaluation, breakdown parts or None); DataError for the data, EvaluateError otherwise."""
+                       time_limit_s: float, starts: int = 1):
+    """(Evaluation, breakdown parts or None[, records per fit start]); DataError for the data,
+    EvaluateError otherwise. starts > 1: also the program fitted from that many start points
+    (`evaluator.fit_starts`), each under the time limit, returned third."""
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_main, args=(send, source, data, train_fraction, tuple(heldout), breakdown),
+    proc = ctx.Process(target=_main, args=(send, source, data, train_fraction, tuple(heldout), breakdown, starts),
                        daemon=True)
     proc.start()
     send.close()
@@ -107,6 +112,11 @@ def evaluate_in_worker(source: str, data, train_fraction: float, heldout: tuple,
             if kind == "crash":
                 raise EvaluateError(f"breakdown crashed: {val}")
             parts = val
+        if starts > 1:
+            kind, val = wait(time_limit_s * (starts - 1), f"evaluation from {starts} fit starts")
+            if kind == "crash":
+                raise EvaluateError(f"evaluation from other fit starts crashed: {val}")
+            return res, parts, val
         return res, parts
     finally:
         if proc.is_alive():

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from rich.table import Table
 
 from evaluator.holdout import KINDS, PREFIX, TITLE
-from evolve.views.format import fmt_err
+from evolve.views.format import fmt_err, fmt_pts
 
 KIND_LABEL = {"workload": "LOWO", "model": "LOMO", "load": "high load", "long": "long decode"}
 OVERLOAD_LABEL = "overload"  # the failed-fraction error of the held-out overloaded stages
@@ -92,4 +92,21 @@ def split_table(named: Mapping[str, object]) -> Table:
         t.add_column(str(n), justify="right")
     for label in labels:
         t.add_row(label, *(fmt_err(per[n].get(label)) for n in named))
+    return t
+
+
+STARTS_LABEL = {"e2e_mean": "in-sample E2E", "lowo_e2e": "LOWO", "lomo_e2e": "LOMO", "load_e2e": "high load",
+                "long_e2e": "long decode", "overload_fail": "overload (failed fraction)"}
+
+
+def starts_table(spread: Mapping[str, Mapping], n_starts: int) -> Table:
+    """Each regime's error from the declared constants and its range over the fit starts
+    (`evaluator.fit_starts.spread`): a wide range says the data does not pin the figure down."""
+    t = Table(title=f"Fitted from {n_starts} starts (declared constants, then seeded log-normal multiples)")
+    for col in ("regime", "declared", "lowest", "highest", "starts scored"):
+        t.add_column(col, justify="left" if col == "regime" else "right")
+    for key, row in spread.items():
+        fmt = (lambda v: fmt_pts(None if v is None else 100.0 * v)) if key == "overload_fail" else fmt_err  # noqa: E731
+        t.add_row(STARTS_LABEL.get(key, key), fmt(row["declared"]), fmt(row["low"]), fmt(row["high"]),
+                  f"{row['n_valid']}/{n_starts}")
     return t
