@@ -75,6 +75,13 @@ tests; load 1.29 -> 2.03): 2209.9 s (36.8 min; goal 12), 0.905 eval/s, peak PSS 
 twins; frontier 107; hands over #476 (LOWO 2.1%, LOMO 6.0%, high load 4.4%, long decode 1.1%,
 overload 25.3 points; `benchmarks/regime_figures.py` in docs/failed_requests.md).
 
+The trace run at 9f6d339 (step rows follow the held-out split; 2026-11-27 17:32-18:11, an
+`evolve evaluate --starts 4`, niced, beside it for its first 7 min; load 0.81 -> 2.06): 2322.7 s
+(38.7 min; goal 12), 0.861 eval/s, peak PSS 1508 MB (RSS 1831 MB; driver 566), CPU 4221 s;
+499 full evaluations, 1,423 screens, 78 twins, 429 known programs redrawn; frontier 142; hands
+over #703: LOWO 2.2%, LOMO 8.5%, high load 2.4%, long decode 9.7%, overload 24.8 points;
+in-sample E2E 1.5% (worst 4.2%), step MAPE 2.8%.
+
 The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
 own states was ~640 MB RSS once ready, one that adopts them ~340 MB. The archives of the
