@@ -527,3 +527,26 @@ def _check_steps(gt) -> None:
                         f"or empty, got {cyc[row]!r}")
     if not np.isfinite(cyc).any():
         raise DataError(f"{path}: no row has a measured cycle ('next_step_start_delta_us' is empty everywhere)")
+    _check_step_clock(gt, df, path)
+
+
+CLOCK_MIN_ROWS = 100  # rows of one experiment before its time span is checked against its stages
+CLOCK_RATIO = 500.0  # a span this many times shorter or longer than the stages is another unit
+
+
+def _check_step_clock(gt, df, path) -> None:
+    """The step rows are placed in their load stages by `ts_start_ns` (`step_scoring.row_stages`):
+    an experiment whose rows span a time CLOCK_RATIO times shorter or longer than its stages'
+    reads a clock in another unit (microseconds as nanoseconds: 1,000x short), which would
+    put every row in one stage without a word."""
+    if "ts_start_ns" not in df.columns or df["ts_start_ns"].isna().any():
+        return
+    stages = {e.id: max(s.start_s + s.duration_s for s in e.stages) for e in gt.experiments if e.stages}
+    for exp_id, ts in df.groupby("experiment_id")["ts_start_ns"]:
+        total = stages.get(exp_id)
+        if total is None or total <= 0 or len(ts) < CLOCK_MIN_ROWS:
+            continue
+        span = (float(ts.max()) - float(ts.min())) / 1e9
+        if not total / CLOCK_RATIO <= span <= total * CLOCK_RATIO:
+            raise DataError(f"{path}: experiment {exp_id}: its {len(ts)} step rows span {span:.3g} s of "
+                            f"'ts_start_ns' against {total:.3g} s of load stages (nanoseconds expected)")

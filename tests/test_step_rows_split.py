@@ -76,3 +76,25 @@ def test_held_out_step_rows_never_reach_the_fit(evaluator, program, kind, value,
         np.testing.assert_array_equal(moved[k], base[k], err_msg=f"{kind}: held-out step rows reached the fit")
     fitted = _fit(_scaled(evaluator, lambda e, s: not held(e, s), 3.0), split, program)
     assert any(not np.allclose(fitted[k], base[k], rtol=1e-3) for k in base if k in fitted)
+
+
+def test_a_step_clock_in_another_unit_is_refused(data_dir, tmp_path):
+    """`ts_start_ns` written in microseconds squeezes a 20-minute run into 1.2 s: every row would
+    land in the first stage without a word. The loader names the experiment and the unit."""
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    from evaluator.data import load
+    from evaluator.errors import DataError
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from hostile import make_tiny_data
+    root = make_tiny_data(data_dir, tmp_path / "d", trace=True)
+    assert load(str(root)).steps is not None  # as shipped: nanoseconds, accepted
+    path = root / "steps" / "steps.parquet"
+    df = pd.read_parquet(path)
+    df["ts_start_ns"] = df["ts_start_ns"] // 1000
+    df.to_parquet(path)
+    with pytest.raises(DataError, match=r"step rows span 1.21 s .*\(nanoseconds expected\)"):
+        load(str(root))
