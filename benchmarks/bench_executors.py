@@ -44,6 +44,15 @@ Recorded (trace mode, ../shared/data, 2026-11-23, 2-core machine, nothing else r
                1.12 after: local 1 worker 0.462/s (0.52x); local 2 workers 0.883/s; Ray 1 worker
                0.413/s (0.47x); Ray 2 workers 0.773/s (0.88x): two workers give 1.91x (local)
                and 1.87x (Ray) one worker's rate. Same bytes; shared states 91.0 MB.
+  the step rows following the held-out split (522354e: a split's fits read every row of its
+               fitted stages, 30% more than the first 70% by step id they read before, and none
+               of the held-out part), 2026-11-27 18:13-18:27, three runs back to back, loads
+               1.3-1.6 after (this VM was slower than at 09:33):
+                 9f6d339  local 1 worker 0.266/s, 2 workers 0.546/s; Ray 0.250/s, 0.499/s
+                 fa265ea  local 1 worker 0.371/s, 2 workers 0.668/s; Ray 0.306/s, 0.597/s
+                 9f6d339  local 1 worker 0.322/s, 2 workers 0.596/s; Ray 0.267/s, 0.586/s
+               so about 10% slower for these six candidates (the fits of the larger ones;
+               one-process full evaluations of the seeds moved within noise, bench_full_eval).
 """
 from __future__ import annotations
 
