@@ -58,13 +58,17 @@ def spread(records: list[dict]) -> dict[str, dict]:
     keys = ["e2e_mean"] + sorted({k for r in valid for k in r["regimes"]})
     out = {}
     for k in keys:
-        vals = [r["e2e_mean"] if k == "e2e_mean" else r["regimes"].get(k) for r in valid]
-        vals = [v for v in vals if _scored(v)]
-        first = records[0]["e2e_mean"] if k == "e2e_mean" else records[0]["regimes"].get(k)
+        vals = [v for v in (_figure(r, k) for r in valid) if _scored(v)]
+        first = _figure(records[0], k)
         out[k] = {"declared": first if _scored(first) else None,
                   "low": min(vals) if vals else None, "high": max(vals) if vals else None,
                   "n_valid": len(vals)}
     return out
+
+
+def _figure(record: dict, key: str):
+    """A start's in-sample mean E2E (key "e2e_mean") or one regime's error."""
+    return record["e2e_mean"] if key == "e2e_mean" else record["regimes"].get(key)
 
 
 def _scored(v) -> bool:

@@ -75,7 +75,7 @@ class JudgeData:
             self.exps = [e for e in self.all_exps if e.id in split.fit or e.id in split.report]
             self.fit_exps = [e for e in self.all_exps if e.id in split.fit]
             self.report_exps = [e for e in self.all_exps if e.id in split.report]
-        self.fit_rows = self._rows_of(split, "fit")  # the step rows its fits read, per model
+        self.fit_rows = self._fit_rows(split)  # the step rows its fits read, per model
         self._probe_cache: dict[str, np.ndarray] = {}
         self._ref_states_cache: dict[str, list[StageStates]] = {}
         self._cons_cache: dict[str, physics.Constraints] = {}
@@ -162,15 +162,15 @@ class JudgeData:
             keep[m] = np.isin(st, stages[exp_id]) | ((st == UNPLACED) & whole)
         return keep
 
-    def _rows_of(self, split: Split | None, side: str) -> dict:
-        """The step rows per model on one side of `split`; in-sample, every row (the fits read
-        its training window, `StepRows.train`). Under a split, all rows of the fitted stages
-        train, as all their requests do."""
+    def _fit_rows(self, split: Split | None) -> dict:
+        """The step rows per model that fits under `split` read; in-sample, every row (the fits
+        read its training window, `StepRows.train`). Under a split, all rows of the fitted
+        stages train, as all their requests do."""
         if split is None:
             return dict(self.step_rows)
         out = {}
         for model, rows in self.step_rows.items():
-            keep = self.row_mask(rows, split, side)
+            keep = self.row_mask(rows, split, "fit")
             if keep.any():
                 out[model] = rows.select(keep, np.ones(len(keep), bool))
         return out

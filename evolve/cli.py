@@ -176,14 +176,11 @@ def cmd_evaluate(args) -> int:
     limit = args.time_limit if args.time_limit is not None else default_time_limit(bool(heldout))
     try:  # in a killable worker under the search's per-candidate limit; --breakdown: the reported
         # experiments simulated again with the fitted constants; --starts: fitted from other starts
-        got = evaluate_in_worker(prog.source, args.data, args.train_fraction, heldout, args.breakdown, limit,
-                                 starts=args.starts)
+        res, parts, records = evaluate_in_worker(prog.source, args.data, args.train_fraction, heldout,
+                                                 args.breakdown, limit, starts=args.starts)
     except EvaluateError as e:
         sys.exit(f"error: {args.program}: {e}")
-    res, parts = got[0], got[1]
-    starts = None
-    if args.starts > 1:
-        starts = {"records": got[2], "spread": spread(got[2])}
+    starts = None if records is None else {"records": records, "spread": spread(records)}
     if args.json:
         out = res.to_json()
         out.update(_regimes_and_units(prog, res.objectives))

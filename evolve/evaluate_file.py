@@ -75,9 +75,9 @@ def _main(conn, source, data, train_fraction, heldout, breakdown, starts=1):
 
 def evaluate_in_worker(source: str, data, train_fraction: float, heldout: tuple, breakdown: bool,
                        time_limit_s: float, starts: int = 1):
-    """(Evaluation, breakdown parts or None[, records per fit start]); DataError for the data,
-    EvaluateError otherwise. starts > 1: also the program fitted from that many start points
-    (`evaluator.fit_starts`), each under the time limit, returned third."""
+    """(Evaluation, breakdown parts or None, records per fit start or None); DataError for the
+    data, EvaluateError otherwise. starts > 1: also the program fitted from that many start
+    points (`evaluator.fit_starts`), each under the time limit."""
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_main, args=(send, source, data, train_fraction, tuple(heldout), breakdown, starts),
@@ -112,12 +112,13 @@ def evaluate_in_worker(source: str, data, train_fraction: float, heldout: tuple,
             if kind == "crash":
                 raise EvaluateError(f"breakdown crashed: {val}")
             parts = val
+        records = None
         if starts > 1:
             kind, val = wait(time_limit_s * (starts - 1), f"evaluation from {starts} fit starts")
             if kind == "crash":
                 raise EvaluateError(f"evaluation from other fit starts crashed: {val}")
-            return res, parts, val
-        return res, parts
+            records = val
+        return res, parts, records
     finally:
         if proc.is_alive():
             proc.kill()

@@ -95,8 +95,8 @@ def split_table(named: Mapping[str, object]) -> Table:
     return t
 
 
-STARTS_LABEL = {"e2e_mean": "in-sample E2E", "lowo_e2e": "LOWO", "lomo_e2e": "LOMO", "load_e2e": "high load",
-                "long_e2e": "long decode", "overload_fail": "overload (failed fraction)"}
+STARTS_LABEL = {"e2e_mean": "in-sample E2E", **{f"{PREFIX[k]}_e2e": KIND_LABEL[k] for k in KINDS},
+                "overload_fail": f"{OVERLOAD_LABEL} (failed fraction)"}
 
 
 def starts_table(spread: Mapping[str, Mapping], n_starts: int) -> Table:
