@@ -34,9 +34,8 @@ def start_points(program, n: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def evaluate_starts(evaluator, program, n: int, heldout=True, seed: int = 0, first=None) -> list[dict]:
-    """One record per start: the start's constants, validity (why not), the in-sample mean E2E
-    error and each held-out regime's error (`evaluator.objectives.regime_errors`). `first`: the
-    program's evaluation from its declared constants, if made already (start 0)."""
+    """One record per start (`start_record`). `first`: the program's evaluation from its
+    declared constants, if made already (start 0)."""
     out = []
     for i, x in enumerate(start_points(program, n, seed)):
         if i == 0 and first is not None:
@@ -44,10 +43,29 @@ def evaluate_starts(evaluator, program, n: int, heldout=True, seed: int = 0, fir
         else:
             p = program if i == 0 else parse_program(program.with_constants(x))
             res = evaluator.evaluate(p, heldout=heldout)
-        out.append({"start": i, "start_constants": dict(zip(program.const_names, map(float, x))),
-                    "valid": res.valid, "error": res.error,
-                    "e2e_mean": res.objectives.get("e2e_mean") if res.valid else None,
-                    "regimes": regime_errors(res.objectives) if res.valid else {}})
+        out.append(start_record(program, i, x, res.valid, res.error, res.objectives))
+    return out
+
+
+def start_record(program, i: int, x, valid: bool, error: str | None, objectives) -> dict:
+    """What one start gave: its constants, validity (why not), the in-sample mean E2E error
+    and each held-out regime's error (`evaluator.objectives.regime_errors`)."""
+    return {"start": i, "start_constants": dict(zip(program.const_names, map(float, x))),
+            "valid": bool(valid), "error": error,
+            "e2e_mean": objectives.get("e2e_mean") if valid else None,
+            "regimes": regime_errors(objectives) if valid else {}}
+
+
+def worst_objectives(objectives, records: list[dict]) -> dict:
+    """`objectives` with each held-out regime's error replaced by its highest over the valid,
+    scored starts (the declared one included): what the program can be relied on for, whichever
+    basin a fit lands in. A regime no start scored keeps its declared value."""
+    out = dict(objectives)
+    if not records:
+        return out
+    for key, row in spread(records).items():
+        if key != "e2e_mean" and key in out and row["high"] is not None:
+            out[key] = max(row["high"], out[key]) if _scored(out[key]) else out[key]
     return out
 
 

@@ -59,7 +59,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from evaluator.objectives import ORDER, REGIMES_OPTIONAL, finite_or_none, handover_regrets, selection_loss, sortable_or_none
+from evaluator.objectives import (ORDER, REGIMES_OPTIONAL, finite_or_none, handover_regrets, ideal_point, selection_loss,
+                                  sortable_or_none)
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # evaluator.program (numba) is imported where a program is parsed (`evolve frontier` never does)
     from evaluator.program import Program
@@ -73,12 +74,14 @@ OBJECTIVE_COLUMNS = tuple(k for k in ORDER if k not in REGIMES_OPTIONAL)
 USABLE_CHECKS = 50  # best_transfer: candidates asked `usable` at most (grid predictions, ~0.1 s each)
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 STAGES = ("screen", "full")
-SCHEMA_VERSION = 5  # 4: pending_results (kept results of a killed run); 5: fingerprint, twin_of, recommended
+SCHEMA_VERSION = 6  # 4: pending_results (kept results of a killed run); 5: fingerprint, twin_of, recommended;
+# 6: fit_starts
 # columns added after version 1: (table, column, SQL type), added in place to an older archive
 ADDED_COLUMNS = (("evaluations", "lowo_e2e", "FLOAT"), ("evaluations", "lomo_e2e", "FLOAT"),
                  ("evaluations", "load_e2e", "FLOAT"), ("evaluations", "holdout", "JSON"),
                  ("evaluations", "identifiability", "JSON"), ("evaluations", "fingerprint", "JSON"),
-                 ("evaluations", "twin_of", "INTEGER"), ("runs", "recommended", "INTEGER"))
+                 ("evaluations", "twin_of", "INTEGER"), ("runs", "recommended", "INTEGER"),
+                 ("evaluations", "fit_starts", "JSON"))
 
 
 
@@ -164,6 +167,9 @@ class EvaluationRow(Base):
     # a screened candidate that behaves like this earlier program of its run: its full
     # evaluation was skipped (evolve.search)
     twin_of: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # the held-out regimes fitted from several start points, for the programs a run's hand-over
+    # weighed (evolve.handover): {"starts", "seed", "records", "spread"}
+    fit_starts: Mapped[Any] = mapped_column(JSON, nullable=True)
     rows: Mapped[Any] = mapped_column(JSON, default=list)
     steps: Mapped[Any] = mapped_column(JSON, default=dict)
     constants: Mapped[Any] = mapped_column(JSON, default=dict)
@@ -336,14 +342,14 @@ def _evaluation_record(e: EvaluationRow, full: bool = True) -> dict:
     if full:
         d.update(rows=list(e.rows or []), steps=dict(e.steps or {}), constants=dict(e.constants or {}),
                  overheads=dict(e.overheads or {}), holdout=dict(e.holdout or {}),
-                 identifiability=dict(e.identifiability or {}))
+                 identifiability=dict(e.identifiability or {}), fit_starts=e.fit_starts)
     return d
 
 
 def _run_record(r: Run) -> dict:
     return {"id": r.id, "created_at": r.created_at, "finished_at": r.finished_at, "config": r.config,
             "seed": r.seed, "data_fingerprint": r.data_fingerprint, "status": r.status, "budget": r.budget,
-            "n_evaluated": r.n_evaluated}
+            "n_evaluated": r.n_evaluated, "recommended": r.recommended}
 
 
 def _full_record(p: ProgramRow, e: EvaluationRow | None, full: bool = True) -> dict:
@@ -521,6 +527,12 @@ class Archive:
         """Fix the program the run hands over (see `best_transfer`)."""
         with self._write() as s, s.begin():
             s.execute(update(Run).where(Run.id == run_id).values(recommended=program_id))
+
+    def set_fit_starts(self, program_id: int, fit_starts: dict) -> None:
+        """Keep a program's held-out figures from several fit starts (`evolve.handover`), in strict JSON."""
+        with self._write() as s, s.begin():
+            s.execute(update(EvaluationRow).where(EvaluationRow.program_id == int(program_id))
+                      .values(fit_starts=strict_json(fit_starts)))
 
     def work_counts(self, run_id: str) -> dict[str, int]:
         """How the run's counted proposals were spent: `full` evaluations, `screen`s that did
@@ -791,6 +803,16 @@ class Archive:
                 stored = s.scalar(select(Run.recommended).where(Run.id == run_id))
             if stored is not None and (rec := self.program(stored)) is not None:
                 return rec
+        shortlist, _ = self.transfer_shortlist(run_id, skip_prefix, usable, 1)
+        return shortlist[0] if shortlist else None
+
+    def transfer_shortlist(self, run_id: str | None = None, skip_prefix: str | None = None,
+                           usable: Callable[[dict], bool] | None = None,
+                           n: int = 1) -> tuple[list[dict], dict[str, float]]:
+        """The first `n` programs in `best_transfer`'s order (fresh: whatever the run fixed) that
+        `usable` accepts (asked at most USABLE_CHECKS times; none accepted: the first), and the
+        ideal point their regrets are measured from (`evaluator.objectives.ideal_point` of the
+        programs it chooses among). `evolve.handover` refits this shortlist from several starts."""
         q = (select(ProgramRow.id, ProgramRow.complexity, EvaluationRow.objectives, EvaluationRow.identifiability)
              .join(EvaluationRow, EvaluationRow.program_id == ProgramRow.id)
              .where(ProgramRow.valid.is_(True), EvaluationRow.valid.is_(True), EvaluationRow.stage == "full"))
@@ -804,16 +826,21 @@ class Archive:
         losses = [selection_loss(obj or {}) for _, _, obj, _ in rows]
         ok = [i for i, loss in enumerate(losses) if math.isfinite(loss)]
         pool = [i for i in ok if not unpinned[i]] or ok  # the ideal point of the programs it chooses from
-        regret = dict(zip(pool, handover_regrets([rows[i][2] for i in pool])))
+        ideal = ideal_point([rows[i][2] for i in pool])
+        regret = dict(zip(pool, handover_regrets([rows[i][2] for i in pool], ideal)))
         ranked_rows = sorted((unpinned[i], regret.get(i, math.inf), losses[i], rows[i][1], rows[i][0]) for i in ok)
         if not ranked_rows:
-            return None
-        if usable is not None:
-            for r in ranked_rows[:USABLE_CHECKS]:
-                rec = self.program(r[4])
-                if usable(rec):
-                    return rec
-        return self.program(ranked_rows[0][4])
+            return [], ideal
+        if usable is None:
+            return [self.program(r[4]) for r in ranked_rows[:n]], ideal
+        out = []
+        for r in ranked_rows[:USABLE_CHECKS]:
+            rec = self.program(r[4])
+            if usable(rec):
+                out.append(rec)
+                if len(out) == n:
+                    break
+        return (out or [self.program(ranked_rows[0][4])]), ideal
 
     # ------------------------------------------------------------ records
     def program(self, program_id: int) -> dict | None:

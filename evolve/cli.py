@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from evaluator.errors import DataError
 from evaluator.objectives import Caps, finite_or_none, has_heldout, selection_loss
 from evolve import blis_cmds
+from evolve.config import HANDOVER_SHORTLIST, HANDOVER_STARTS
 from evolve.archive_check import ArchiveError, describe_db_error
 from evolve.views.format import BASELINE_PREFIX, MISSING, clean_json, fmt_missing, fmt_rate
 
@@ -256,10 +257,18 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
     out["hypervolume"] = search.state.hv()
     fr = search.state.frontier
     from evaluator.served_shapes import usable_check
-    # held-out errors first, every constant pinned, physical on the shipped configs' shapes
-    best = archive.best_transfer(search.run_id, usable=usable_check(search._gt), fresh=True)
-    archive.set_recommended(search.run_id, best["id"] if best else None)  # every view names this one
+    from evolve.handover import hand_over
+    # held-out errors first, every constant pinned, physical on the shipped configs' shapes, then
+    # the shortlist's worst fit start; fixed in the archive: every view names this one
+    say = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        best = hand_over(archive, search.run_id, search._pool, cfg.handover_starts, usable=usable_check(search._gt),
+                         say=say)
+    finally:
+        search.close()
     out["best"] = {"id": best["id"], **best["objectives"]} if best else None
+    fs = ((best or {}).get("evaluation") or {}).get("fit_starts")
+    out["best_starts"] = fs if fs and fs.get("starts", 1) > 1 else None
     out["best_step_mape"] = _best_step_mape(fr)
     out["llm_spend_text"] = search.spend.text() if cfg.llm else None
     return out
@@ -339,6 +348,10 @@ def cmd_run(args) -> int:
                   f"{held}E2E {_pct(b['e2e_mean'])} "
                   f"(worst {_pct(b['e2e_worst'])}), TTFT {_pct(b['ttft_mean'])}, ITL {_pct(b['itl_mean'])}, "
                   f"step MAPE {_pct(b['step_mape'])}, complexity {b['complexity']:.0f}")
+        if out.get("best_starts"):
+            from evolve.views.holdout_table import starts_text
+            con.print(f"  {starts_text(out['best_starts'])}; chosen among the {HANDOVER_SHORTLIST} best on its "
+                      f"worst start", markup=False)
     return 0
 
 
@@ -416,6 +429,52 @@ def _known_run_or_exit(archive, run_id: str | None, path) -> None:
     """--run of a viewer names a run of the archive (else one line and exit 1, not an empty view)."""
     if run_id is not None and archive.get_run(run_id) is None:
         sys.exit(f"error: no run {run_id!r} in {path}")
+
+
+def cmd_handover(args) -> int:
+    """Choose a run's hand-over again on its shortlist's worst fit start (`evolve.handover`): for a
+    run made before the rule, or with another number of starts. Its data must be readable."""
+    from evolve.archive import Archive
+    from evolve.config import RunConfig
+    from evolve.handover import hand_over
+    from evolve.workers import WorkerPool
+    from evaluator.data import load
+    from evaluator.served_shapes import usable_check
+    if not Path(args.archive).exists():
+        sys.exit(f"error: no archive at {args.archive}")
+    archive = _write_archive(args.archive)
+    run = archive.get_run(args.run)
+    if run is None or args.run.startswith(BASELINE_PREFIX):
+        sys.exit(f"error: no search run {args.run!r} in {args.archive}")
+    cfg = RunConfig.from_json(run["config"] or {})
+    if not cfg.holdout:
+        sys.exit(f"error: run {args.run} ranked on in-sample errors only (--no-holdout): it has no held-out "
+                 f"regimes to weigh fit starts on")
+    try:
+        gt = load(cfg.data)
+    except DataError as e:
+        sys.exit(f"error: the run's data cannot be read: {e}")
+    pools = []
+
+    def pool():
+        pools.append(WorkerPool(cfg.data, cfg.train_fraction, args.workers, cfg.timeout_s, heldout=True))
+        return pools[-1]
+    before = run.get("recommended")
+    try:
+        best = hand_over(archive, args.run, pool, args.starts, usable=usable_check(gt),
+                         say=lambda line: print(line, file=sys.stderr, flush=True))
+    finally:
+        for p in pools:
+            p.close()
+    if best is None:
+        print(f"run {args.run}: no valid full evaluation to hand over")
+        return 1
+    fs = (best.get("evaluation") or {}).get("fit_starts")
+    print(f"run {args.run} hands over #{best['id']}" + (f" (was #{before})" if before not in (None, best["id"]) else ""))
+    if fs and fs.get("starts", 1) > 1:
+        from evolve.views.holdout_table import starts_text
+        print(f"  {starts_text(fs)}")
+    return 0
 
 
 def cmd_migrate(args) -> int:
@@ -682,6 +741,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "default: start a local one with --workers CPUs")
         sp.add_argument("--no-holdout", action="store_true",
                         help="rank on the in-sample (time split) errors only: no held-out splits, ~4x cheaper")
+        sp.add_argument("--handover-starts", type=POSITIVE_INT, default=HANDOVER_STARTS, metavar="N",
+                        help=f"fit the {HANDOVER_SHORTLIST} best programs again from N start points each at the end and "
+                             f"hand over the one whose worst start holds best (default {HANDOVER_STARTS}; 1: "
+                             f"choose on the declared constants alone)")
 
     r = sub.add_parser("run", help="evolve step-time programs (the main job)")
     run_opts(r)
@@ -705,6 +768,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="total deadline of one LLM call in seconds: connect, first byte and the whole reply "
                         "(default 120); a call past it is recorded as failed")
     r.set_defaults(func=cmd_run)
+
+    ho = sub.add_parser("handover", help="choose a run's hand-over again, on the worst of several fit starts "
+                                         "of its best programs (what `run` does at its end)")
+    ho.add_argument("run", metavar="RUN")
+    ho.add_argument("--archive", default="archive.db", metavar="PATH")
+    ho.add_argument("--starts", type=POSITIVE_INT, default=HANDOVER_STARTS, metavar="N",
+                    help=f"start points per program, the declared constants first (default {HANDOVER_STARTS})")
+    ho.add_argument("--workers", type=POSITIVE_INT, default=2)
+    ho.set_defaults(func=cmd_handover)
 
     pl = sub.add_parser("pilot", help="K independent runs with seeds S..S+K-1 and their spread")
     run_opts(pl)

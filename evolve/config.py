@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from evaluator.objectives import Caps
 
+HANDOVER_STARTS = 4  # the declared constants and 3 seeded multiples of them (evolve.handover)
+HANDOVER_SHORTLIST = 4  # programs the hand-over fits again: the first in the declared-start order
 RESUMABLE = ("budget", "workers", "executor", "ray_address")  # what a --resume may change
 SPEND_CAPS = ("max_llm_cost", "max_llm_tokens", "llm_price_in", "llm_price_out", "llm_timeout")  # kept on
 # --resume unless given again
@@ -39,6 +41,8 @@ class RunConfig:
     llm_price_in: float | None = None  # USD per million prompt tokens; None: litellm's price, if it knows one
     llm_price_out: float | None = None  # USD per million completion tokens
     llm_timeout: float = 120.0  # total deadline of one LLM call in seconds (connect, first byte, whole reply)
+    # fit starts the hand-over weighs its shortlist on (evolve.handover); 1: the declared start only
+    handover_starts: int = HANDOVER_STARTS
 
     def llm_prices_per_token(self) -> tuple[float | None, float | None]:
         """The given prices in USD per token (None where not given)."""
@@ -56,6 +60,7 @@ class RunConfig:
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw.setdefault("holdout", False)  # runs stored before held-out objectives ranked in-sample
+        kw.setdefault("handover_starts", 1)  # runs stored before handed over on the declared start
         caps = kw.get("caps")
         if isinstance(caps, Mapping):
             kw["caps"] = Caps(**caps)
@@ -82,6 +87,7 @@ def config_from_args(args, stored: Mapping | None = None, seed: int | None = Non
         "max_llm_cost": getattr(args, "max_llm_cost", None), "max_llm_tokens": getattr(args, "max_llm_tokens", None),
         "llm_price_in": getattr(args, "llm_price_in", None), "llm_price_out": getattr(args, "llm_price_out", None),
         "llm_timeout": getattr(args, "llm_timeout", None),
+        "handover_starts": getattr(args, "handover_starts", HANDOVER_STARTS),
     }
     if stored is None:
         if from_flags["llm_timeout"] is None:

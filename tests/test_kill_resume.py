@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _cmd(db, holdout: bool, *extra, address: str | None = None, budget: int = BUDGET) -> list[str]:
     ray = ["--executor", "ray", "--ray-address", address] if address else []
     return [sys.executable, "-m", "evolve.cli", "run", "--budget", str(budget), "--workers", "1",
-            "--archive", str(db), *ray, *extra] + ([] if holdout else ["--no-holdout"])
+            "--archive", str(db), "--handover-starts", "1", *ray, *extra] + ([] if holdout else ["--no-holdout"])
 
 
 def _env(phase_file, address: str | None = None) -> dict:

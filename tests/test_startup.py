@@ -99,10 +99,15 @@ def test_the_search_driver_loads_no_solver(tmp_path):
     body = f"""
 import evolve.cli
 with contextlib.redirect_stdout(io.StringIO()):
-    evolve.cli.main(["run", "--budget", "4", "--workers", "1", "--seed", "0", "--archive", {str(tmp_path / "a.db")!r}])
-import sqlite3
-assert sqlite3.connect({str(tmp_path / "a.db")!r}).execute(
-    "select count(*) from programs").fetchone()[0] >= 4
+    evolve.cli.main(["run", "--budget", "4", "--workers", "1", "--seed", "0", "--handover-starts", "2",
+                     "--archive", {str(tmp_path / "a.db")!r}])
+import json, sqlite3
+con = sqlite3.connect({str(tmp_path / "a.db")!r})
+assert con.execute("select count(*) from programs").fetchone()[0] >= 4
+# the run ended by fitting its shortlist again from 2 starts (in the workers) and kept them
+starts = con.execute("select e.fit_starts from evaluations e join runs r on r.recommended = e.program_id"
+                     ).fetchone()[0]
+assert json.loads(starts)["starts"] == 2, starts
 """
     loaded = _loaded(body, tmp_path)
     assert "numba" in loaded  # the probe sees what the driver did load

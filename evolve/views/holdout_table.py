@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from rich.table import Table
 
 from evaluator.holdout import KINDS, PREFIX, TITLE
+from evaluator.objectives import BY_NAME, REGIMES
 from evolve.views.format import fmt_err, fmt_pts
 
 KIND_LABEL = {"workload": "LOWO", "model": "LOMO", "load": "high load", "long": "long decode"}
@@ -110,3 +111,21 @@ def starts_table(spread: Mapping[str, Mapping], n_starts: int) -> Table:
         t.add_row(STARTS_LABEL.get(key, key), fmt(row["declared"]), fmt(row["low"]), fmt(row["high"]),
                   f"{row['n_valid']}/{n_starts}")
     return t
+
+
+def starts_text(fit_starts: Mapping) -> str:
+    """One line: the held-out regimes of a program the run's hand-over weighed
+    (`evolve.handover`), each as its range over the fit starts (one figure where every start
+    agreed within 0.05 points)."""
+    sp = fit_starts.get("spread") or {}
+    parts = []
+    for k in REGIMES:
+        row = sp.get(k) or {}
+        lo, hi = row.get("low"), row.get("high")
+        if lo is None or hi is None:
+            continue
+        fmt = (lambda v: fmt_pts(100.0 * v)) if k == "overload_fail" else fmt_err  # noqa: E731
+        parts.append(f"{BY_NAME[k].label} {fmt(lo)}" + ("" if abs(hi - lo) < 5e-4 else f" to {fmt(hi)}"))
+    n_valid = max((r.get("n_valid", 0) for r in sp.values()), default=0)
+    return (f"fitted from {fit_starts.get('starts')} start points ({n_valid} scored), lowest to highest: "
+            + ", ".join(parts))

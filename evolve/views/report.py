@@ -27,7 +27,7 @@ from evolve.views.history import front_hypervolume, ranked_error, worst_regime
 from evolve.views.plots import (pareto_figure, predicted_measured_figure, progress_figure, regime_figure,
                                 stage_errors_figure, ttft_itl_figure)
 from evolve.views.components_view import components_figure
-from evolve.views.holdout_table import holdout_summary, split_errors
+from evolve.views.holdout_table import holdout_summary, split_errors, starts_text
 from evolve.views.tables import DUPLICATE_RULE, frontier_table, search_frontier, shown_error_keys
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["sendDataToCloud"]}
@@ -185,7 +185,11 @@ def _recommended_html(rec: Mapping | None, run: str | None, cov: Mapping | None,
                 "evaluation in this scope.</p></section>")
     obj = rec.get("objectives") or {}
     held = has_heldout(obj)
-    why = ("its worst held-out regime is the lowest among programs whose every constant the data pins down"
+    fs = (rec.get("evaluation") or {}).get("fit_starts") or {}
+    weighed = fs.get("starts", 1) > 1 and fs.get("spread")
+    why = ("closest to the run’s best error in every held-out regime (its largest gap is least"
+           + (f", at its worst of {fs['starts']} fit starts" if weighed else "")
+           + ") among programs whose every constant the data pins down"
            if held else "the lowest in-sample loss (this run scored no held-out splits)")
     regimes = "".join(f'<div class="regime{" worst" if w else ""}"><div class="k">{html.escape(lab)}'
                       f'{" (worst)" if w else ""}</div><div class="v">{v}</div></div>'
@@ -209,7 +213,8 @@ def _recommended_html(rec: Mapping | None, run: str | None, cov: Mapping | None,
             + f' · <code>evolve emit-go {rec["id"]}</code>{more}</p>'
             f'<div class="recgrid"><div><div class="muted">held-out error per regime '
             f'(constants fitted without the held-out part)</div><div class="regimes" id="rec-regimes">{regimes}</div>'
-            f'<div class="muted">coverage: where it holds</div><div id="rec-coverage">{cov_html}</div></div>'
+            + (f'<div class="muted" id="rec-starts">{html.escape(starts_text(fs))}</div>' if weighed else "")
+            + f'<div class="muted">coverage: where it holds</div><div id="rec-coverage">{cov_html}</div></div>'
             f'<div><pre id="rec-source">{html.escape(rec["source"])}</pre></div></div></section>')
 
 

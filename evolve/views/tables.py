@@ -13,6 +13,7 @@ from evaluator.objectives import BY_NAME, HELDOUT, REGIMES, REGIMES_OPTIONAL, fi
 from evaluator.units import constant_units as program_units
 from evolve.pareto import pareto_front
 from evaluator.objectives import FAILURE
+from evolve.views.holdout_table import starts_table
 from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, cache_cells, complexity_of, const_names, failure_cells,
                                  fmt_err, fmt_missing, fmt_ms, fmt_num, fmt_pts, fmt_rate, fmt_us, go_cap_status, row_key,
                                  rows_of)
@@ -217,9 +218,13 @@ def show_program(archive, program_id: int, console, baseline_rows=None, usable=N
         regimes = ", ".join(f"{BY_NAME[k].label} {fmt_err(v)}" for k, v in (rec.get("objectives") or {}).items()
                             if k in REGIMES)
         console.print(f"[bold]★ recommended for run {rec['run_id']}[/bold]: closest to the run's best error "
-                      f"in every held-out regime (its largest gap is least), among "
+                      f"in every held-out regime (its largest gap is least, at its worst fit start where the "
+                      f"run weighed them), among "
                       f"programs whose every constant the data pins down"
                       f"{' and whose physical rules hold on the served shapes' if usable else ''} ({regimes})")
+    fs = ev.get("fit_starts") or {}
+    if fs.get("starts", 1) > 1 and fs.get("spread"):  # weighed by the run's hand-over (evolve.handover)
+        console.print(starts_table(fs["spread"], fs["starts"]))
     console.print(Syntax(rec["source"], "python", line_numbers=False))
     consts = ev.get("constants") or {}
     if consts:
