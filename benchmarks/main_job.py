@@ -80,7 +80,20 @@ The trace run at 9f6d339 (step rows follow the held-out split; 2026-11-27 17:32-
 (38.7 min; goal 12), 0.861 eval/s, peak PSS 1508 MB (RSS 1831 MB; driver 566), CPU 4221 s;
 499 full evaluations, 1,423 screens, 78 twins, 429 known programs redrawn; frontier 142; hands
 over #703: LOWO 2.2%, LOMO 8.5%, high load 2.4%, long decode 9.7%, overload 24.8 points;
-in-sample E2E 1.5% (worst 4.2%), step MAPE 2.8%.
+in-sample E2E 1.5% (worst 4.2%), step MAPE 2.8%. Re-decided by the hand-over of 75ed923
+(`evolve handover run-0-101aa37d`, on a copy: 52 s on 2 workers, 16 start evaluations; the run
+would end the same, its search being unchanged): #772 (`SCALE * t_step_measured +
+t_decode_spread`): LOWO 2.2%, LOMO 7.8%, high load 5.1%, long decode 8.7%, overload 26.5 points,
+the same from all 4 starts.
+
+The README job at 75ed923 (2026-11-27 20:01-20:31, fresh worktree, nothing else running; load
+0.69 -> 2.04): 1792.8 s wall (the search loop 1708 s; the rest is start-up and the hand-over, 4
+programs x 3 more starts, which took 31 s alone on a copy of 3468e9c's archive), 1.116 eval/s, peak PSS 946 MB (RSS 1229 MB; driver 356, workers
+299 / 283), CPU 3316 s (driver 66 s, sampler 40 s); 427 full evaluations, 1,443 screens, 130
+twins, 510 known programs redrawn; frontier 123, hypervolume 44.872: the search's archive is
+3468e9c's again (the embedded default has no step rows, so 522354e left its judge as it was).
+Hands over #1173, the same from all 4 starts (LOWO 1.5%, LOMO 3.9%, high load 2.5%, long decode
+12.5%, overload 27.6 points). 3.0x the 10-minute goal.
 
 The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
@@ -211,7 +224,7 @@ def main(argv=None) -> int:
            "pss_at_peak_mb": [round(at_peak.get(proc.pid, 0) / 2**20)] +
                              sorted((round(v / 2**20) for p, v in at_peak.items() if p != proc.pid), reverse=True),
            "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
-           "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "use #"))]}
+           "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "use #", "  fitted from"))]}
     if a.json:
         print(json.dumps(res, indent=1))
     else:

@@ -463,6 +463,9 @@ def cmd_handover(args) -> int:
     try:
         best = hand_over(archive, args.run, pool, args.starts, usable=usable_check(gt),
                          say=lambda line: print(line, file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        print("interrupted: the starts of every program already fitted are kept; run it again to finish")
+        return 130
     finally:
         for p in pools:
             p.close()
