@@ -480,3 +480,24 @@ def test_api_program_carries_heldout_summary(server, built):
     assert kinds == ["in-sample", "LOWO", "LOMO", "high load", "long decode", "overload"]
     assert set(rec["objectives"]) >= {"lowo_e2e", "lomo_e2e", "load_e2e"}
     assert any(k.startswith("model:") for k in rec["holdout_splits"])
+
+
+def test_api_program_carries_the_hand_over_starts(server, built):
+    """A program the run's hand-over weighed (evolve.handover) carries its regimes' range over
+    the fit starts, the line `show` and the report print; one it did not weigh carries none."""
+    from evaluator.fit_starts import spread
+    from evaluator.objectives import regime_errors
+    from evolve.views.holdout_table import starts_text
+    st, rec = get(server, f"/api/program/{built['dead']}")
+    assert st == 200 and "fit_starts_text" not in rec
+    obj = rec["objectives"]
+    low = {k: v * 0.9 for k, v in regime_errors(obj).items()}  # a second start 10% lower in every regime
+    records = [{"start": 0, "valid": True, "error": None, "e2e_mean": obj["e2e_mean"], "regimes": regime_errors(obj)},
+               {"start": 1, "valid": True, "error": None, "e2e_mean": obj["e2e_mean"], "regimes": low}]
+    fs = {"starts": 2, "seed": 0, "records": records, "spread": spread(records)}
+    a = Archive(built["path"])
+    a.set_fit_starts(built["dead"], fs)
+    a.close()
+    st, rec = get(server, f"/api/program/{built['dead']}")
+    assert st == 200 and rec["fit_starts_text"] == starts_text(rec["evaluation"]["fit_starts"])
+    assert rec["fit_starts_text"].startswith("fitted from 2 start points (2 scored)") and " to " in rec["fit_starts_text"]

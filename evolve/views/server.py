@@ -20,7 +20,9 @@ GET /api/points?run=&max_complexity=   {"run", "max_complexity", "points": [poin
                                        generation, run_id}; best and hv: evolve.views.history
 GET /api/program/<id>                  the archive record (program + full evaluation) plus
                                        "const_names", "go_cap" (None = fits the Go cap),
-                                       "recommended" (bool), "regimes" [{key, label, value, worst}]
+                                       "recommended" (bool), "regimes" [{key, label, value, worst}],
+                                       "fit_starts_text" (the regimes' range over the fit starts,
+                                       where the run's hand-over weighed the program)
                                        and "coverage" ([[heading, text]...]: what `show` prints)
                                        or "coverage_error"
 GET /api/program/<id>/go               {"program_id", "ok", "code" | "error", "models"}: what
@@ -64,7 +66,7 @@ from evolve.archive_check import ArchiveError, check_archive_file
 from evolve.spend import Spend
 from evolve.baselines_store import stored_baselines
 from evolve.pareto import pareto_front
-from evolve.views.holdout_table import holdout_summary, split_errors
+from evolve.views.holdout_table import holdout_summary, split_errors, starts_text
 from evolve.views.format import BASELINE_PREFIX, clean_json, complexity_of, const_names, go_cap_status
 from evolve.views.go_view import GoView
 from evolve.views.history import HV_REF, progress_series, ranked_error, ranked_error_label, worst_regime
@@ -282,6 +284,9 @@ class _App:
         if ev.get("holdout"):  # the same summary `evolve show` prints
             rec["holdout_summary"] = holdout_summary(ev)
             rec["holdout_splits"] = split_errors(ev)
+        fs = ev.get("fit_starts") or {}
+        if fs.get("starts", 1) > 1 and fs.get("spread"):  # weighed by the run's hand-over (evolve.handover)
+            rec["fit_starts_text"] = starts_text(fs)
         return rec
 
     def go(self, pid: str) -> dict:

@@ -416,8 +416,12 @@ function renderProgram(rec, my) {
   const pmPlot = (ev.rows || []).length ? h("div", {id: "pmplot", class: "plot"}) : null;
   const goBox = h("div", {id: "go"}, h("p", {class: "muted small"}, "generating Go…"));
   const why = rec.recommended ? h("p", {class: "recnote", id: "recnote"}, `★ recommended for run ${rec.run_id}: ` +
-    "its worst held-out regime is the lowest among programs whose every constant the data pins down") : null;
-  panel.replaceChildren(head, meta, why, ...regimesBox(rec), ...coverageBox(rec),
+    "closest to the run's best error in every held-out regime (its largest gap is least" +
+    (rec.fit_starts_text ? ", at its worst fit start" : "") +
+    ") among programs whose every constant the data pins down") : null;
+  const starts = rec.fit_starts_text ? [h("p", {class: "muted small", id: "fitstarts"}, rec.fit_starts_text)] : [];
+  // replaceChildren would write a null as the text "null": absent parts are left out
+  panel.replaceChildren(head, meta, ...(why ? [why] : []), ...regimesBox(rec), ...starts, ...coverageBox(rec),
     h("h3", null, "In-sample errors (time split; below: the best baseline)"), kpiBox, h("h3", null, "Source"), source,
     ...(consts ? [h("h3", null, "Fitted constants per model"), consts] : []),
     ...(rec.holdout_summary ? [h("h3", null, "Held-out errors (constants fitted without the held-out part)"),
