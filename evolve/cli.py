@@ -320,9 +320,10 @@ def cmd_run(args) -> int:
             check_address(cfg.ray_address)  # before the run is stored: a typo costs nothing
         except RayExecutorError as e:
             sys.exit(f"error: {e}")
+    from evolve.workers import ExecutorError
     try:
         out = _run_one(cfg, archive, resume=args.resume)
-    except RayExecutorError as e:
+    except (RayExecutorError, ExecutorError) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         print("interrupted: the archive keeps every finished candidate; continue with --resume RUN")
@@ -372,6 +373,7 @@ def cmd_pilot(args) -> int:
 
     from evolve.config import config_from_args
     from evolve.ray_pool import RayExecutorError, check_address
+    from evolve.workers import ExecutorError
     if args.ray_address and args.executor != "ray":  # as `run` says: never silently ignored
         sys.exit("error: --ray-address needs --executor ray")
     if args.executor == "ray" and args.ray_address:
@@ -384,7 +386,7 @@ def cmd_pilot(args) -> int:
     for k in range(args.runs):
         try:
             outs.append(_run_one(config_from_args(args, seed=args.seed + k), archive))
-        except RayExecutorError as e:
+        except (RayExecutorError, ExecutorError) as e:
             sys.exit(f"error: {e}")
     t = Table(title=f"pilot: {args.runs} runs x budget {args.budget}, seeds {args.seed}..{args.seed + args.runs - 1}")
     for c in ("metric", "median", "min", "max", *[o["run_id"] for o in outs]):
@@ -437,7 +439,7 @@ def cmd_handover(args) -> int:
     from evolve.archive import Archive
     from evolve.config import RunConfig
     from evolve.handover import hand_over
-    from evolve.workers import WorkerPool
+    from evolve.workers import ExecutorError, WorkerPool
     from evaluator.data import load
     from evaluator.served_shapes import usable_check
     if not Path(args.archive).exists():
@@ -466,6 +468,8 @@ def cmd_handover(args) -> int:
     except KeyboardInterrupt:
         print("interrupted: the starts of every program already fitted are kept; run it again to finish")
         return 130
+    except ExecutorError as e:
+        sys.exit(f"error: {e}")
     finally:
         for p in pools:
             p.close()

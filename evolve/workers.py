@@ -35,6 +35,11 @@ JobKind = Literal["screen", "full", "split"]
 RECYCLE = 100  # programs a worker compiles before it is replaced: ~150-200 MB of them (issue 31)
 HELDOUT_TIMEOUT_FACTOR = 4  # a full job with held-out splits fits and simulates ~3-4x as much
 WAIT_CAP_S = 1.0  # longest the driver blocks in `Executor.wait` without news (it rechecks then)
+START_FAILURES = 3  # workers in a row that exit before they are ready: the pool gives up (ExecutorError)
+
+
+class ExecutorError(RuntimeError):
+    """The executor cannot evaluate anything (its workers cannot start): one line for the user."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -338,10 +343,22 @@ class WorkerPool(Executor):
         self.args = (data_dir, train_fraction, prepare, where)
         self.recycle = recycle
         self.workers = [_Worker(self.ctx, *self.args) for _ in range(max(1, workers))]
+        self._start_failures = 0  # workers in a row that exited before they were ready
 
     def _replace(self, i):
         self.workers[i].kill()
         self.workers[i] = _Worker(self.ctx, *self.args)
+
+    def _start_failed(self, i):
+        """Worker i exited before it was ready: replace it, or give up after START_FAILURES in
+        a row (a worker that cannot read the data or import the judge never will: without this
+        the pool would start one after another for ever, the run waiting on it)."""
+        code = self.workers[i].proc.exitcode
+        self._start_failures += 1
+        if self._start_failures >= START_FAILURES:
+            raise ExecutorError(f"the evaluation workers exit before they are ready ({self._start_failures} in a "
+                                f"row, the last with exit code {code}); their error is printed above")
+        self._replace(i)
 
     @property
     def busy(self) -> bool:
@@ -367,10 +384,11 @@ class WorkerPool(Executor):
                     try:
                         w.conn.recv()
                         w.ready = True
+                        self._start_failures = 0
                     except EOFError:
-                        self._replace(i)
+                        self._start_failed(i)
                 elif not w.proc.is_alive():
-                    self._replace(i)
+                    self._start_failed(i)
                 continue
             if w.job is None and self.pending:
                 w.job = self.pending.pop(0)

@@ -127,3 +127,18 @@ def test_a_full_disk_stops_the_run_in_one_line_and_it_resumes(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert after == content(ref)  # and it is what an uninterrupted run stores
     assert json.loads(run[3])["budget"] == BUDGET
+
+
+def test_workers_that_cannot_start_are_one_error_not_a_hang(tmp_path):
+    """A pool whose workers exit before they are ready (here: their data directory is gone)
+    gives up after START_FAILURES of them in a row with one ExecutorError, where it used to
+    start one after another for ever; `evolve handover` and `evolve run` print it as one line."""
+    import pytest
+
+    from evolve.workers import START_FAILURES, ExecutorError, Job, WorkerPool
+    pool = WorkerPool(str(tmp_path / "gone"), workers=1, timeout_s=60.0)
+    try:
+        with pytest.raises(ExecutorError, match=f"exit before they are ready \\({START_FAILURES} in a row"):
+            pool.run([Job(0, "def predict_step_time(t_weights):\n    return t_weights\n", "screen")])
+    finally:
+        pool.close()
