@@ -918,7 +918,25 @@ def _db_errors() -> tuple:
     return (sqlite3.Error,) if sa is None else (sqlite3.Error, sa.SQLAlchemyError)
 
 
+def _note_exit(code) -> None:
+    """Tell the LLM client (if this command loaded it) the code the process leaves with: a call
+    stuck past its deadline makes it leave at once with it (`evolve.llm._leave_if_stuck`)."""
+    llm = sys.modules.get("evolve.llm")
+    if llm is not None:
+        llm.note_exit_code(code)
+
+
 def main(argv=None) -> int:
+    try:
+        rc = _main(argv)
+    except SystemExit as e:
+        _note_exit(e.code)
+        raise
+    _note_exit(rc)
+    return rc
+
+
+def _main(argv=None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
     _check_combinations(p, args)

@@ -37,10 +37,12 @@ and stops every further LLM call of the session.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import math
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +60,29 @@ MESSAGE_OVERHEAD_TOKENS = 16  # chat-template tokens per message, on top of at m
 
 KINDS = ("improve", "simplify", "crossover")
 MAX_ERROR_CHARS = 600
+_STUCK: list[threading.Thread] = []  # threads of calls stopped at their deadline (`_leave_if_stuck`)
+_EXIT_CODE = [0]  # the code the process is leaving with, as `evolve.cli.main` notes it
+
+
+def note_exit_code(code) -> None:
+    """The code the process is about to exit with (SystemExit's: None is 0, a message is 1)."""
+    _EXIT_CODE[0] = code if isinstance(code, int) else (0 if code is None else 1)
+
+
+def _leave_if_stuck() -> None:
+    """At interpreter exit, first of the exit hooks: while a call stopped at its deadline is still
+    running, flush and leave at once (os._exit). Its thread is a daemon, but the hooks that run
+    before daemon threads are dropped (litellm's flush of its logging queue and its client
+    clean-up, executor joins) can wait on the stalled connection: a CI run's child printed its
+    deadline error and then did not exit in 60 s. Nothing of ours is lost: the archive commits
+    each candidate in its own transaction."""
+    if any(t.is_alive() for t in _STUCK):
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:  # noqa: BLE001 - a closed stream must not keep the process
+                pass
+        os._exit(_EXIT_CODE[0])
 
 EXAMPLE_PROGRAM = '''OVERHEAD = 15000.0
 PER_SEQ = 20.0
@@ -403,8 +428,12 @@ class LLMMutator:
             finally:
                 done.set()
 
-        threading.Thread(target=target, daemon=True, name="llm-call").start()
+        thread = threading.Thread(target=target, daemon=True, name="llm-call")
+        thread.start()
         if not done.wait(self.timeout_s):
+            if not _STUCK:  # threading's exit hooks run before atexit's and executor joins, the last registered first
+                getattr(threading, "_register_atexit", atexit.register)(_leave_if_stuck)
+            _STUCK.append(thread)
             raise LLMDeadline(f"no complete reply within the deadline of {self.timeout_s:g} s")
         if "exc" in box:
             raise box["exc"]

@@ -114,6 +114,31 @@ print(r.error)
     assert "deadline" in p.stdout and time.perf_counter() - t0 < 30
 
 
+def test_a_stuck_call_leaves_with_the_commands_exit_code():
+    """With a call still stuck at exit the process leaves at once (`evolve.llm._leave_if_stuck`),
+    and with the code the command left with (`evolve.cli.main` notes it), not 0."""
+    code = f"""
+import atexit, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+atexit.register(lambda: print("exit hooks ran", flush=True))  # litellm's run there too: skipped
+from openai_stub_server import StubServer
+from evolve.llm import LLMMutator, ParentInfo, note_exit_code
+s = StubServer().start()
+s.mode = ("stall", 0.0)
+m = LLMMutator("openai/stub-model", api_base=s.api_base, api_key="t", max_retries=0, timeout_s=1.0)
+print(m.propose("improve", [ParentInfo({PARENT!r})], seed=1).error, flush=True)
+note_exit_code("error: a message")
+sys.exit("error: a message")
+"""
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert p.returncode == 1, (p.returncode, p.stderr[-2000:])
+    assert "deadline" in p.stdout and p.stderr.strip().endswith("error: a message")
+    assert "exit hooks ran" not in p.stdout  # it left before them
+    assert time.perf_counter() - t0 < 60
+
+
 # ---------------------------------------------------------------- impossible costs
 
 @pytest.mark.parametrize("usage,why", [
