@@ -33,6 +33,8 @@ class JudgeData:
         """holdout: a `Split`, or ("model" | "workload", name) / ("load", None) for one.
         holdout_objectives: score every evaluation under all held-out splits as well.
         timeouts: abort simulated requests at each experiment's client timeout (False: never)."""
+        if not (isinstance(train_fraction, (int, float)) and 0.0 <= train_fraction <= 1.0):  # NaN too
+            raise ValueError(f"train_fraction must be a number within [0, 1], not {train_fraction!r}")
         self.gt = gt
         self.timeouts = timeouts
         self.train_fraction = train_fraction

@@ -159,10 +159,14 @@ class RayPool(Executor):
                     try:
                         s.pid, s.node = ray.get(s.ready_ref)
                         s.ready = True
+                        self._start_failures = 0
                     except ray.exceptions.RayError as e:
-                        if isinstance(e, ray.exceptions.RayTaskError):
+                        # its constructor (or the states it was given) raised: a new actor would too.
+                        # Ray 2.x reports that as ActorDiedError(actor_init_failed), not RayTaskError,
+                        # and the pool used to start one actor after another for ever
+                        if isinstance(e, ray.exceptions.RayTaskError) or getattr(e, "actor_init_failed", False):
                             raise RayExecutorError(f"a Ray worker could not start: {_first_line(e)}") from None
-                        self._replace(i)
+                        self._start_failed(i, f"with {_first_line(e)}")  # its process died: try again
                 continue
             if s.job is None and self.pending:
                 s.job = self.pending.pop(0)

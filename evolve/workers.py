@@ -21,6 +21,7 @@ import os
 import pickle
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -213,6 +214,7 @@ class Executor:
         self.pending: list[Job] = []
         self._gather: dict[int, dict] = {}  # id(cut full job) -> its splits' results so far, by label
         self._split_seconds: dict[str, float] = {}  # label -> recent seconds of its split jobs
+        self._start_failures = 0  # workers in a row that ended before they were ready
 
     @property
     def killed(self) -> int:
@@ -262,6 +264,19 @@ class Executor:
             if j.batch == batch and j.part_of is not None:
                 self._gather.pop(id(j.part_of), None)
         self.pending = [j for j in self.pending if j.batch != batch]
+
+    def _start_failed(self, i: int, why: str) -> None:
+        """Worker i ended before it was ready: replace it, or give up after START_FAILURES in a
+        row (a worker that cannot read the data or import the judge never will: without this
+        the pool would start one after another for ever, the run waiting on it)."""
+        self._start_failures += 1
+        if self._start_failures >= START_FAILURES:
+            raise ExecutorError(f"the evaluation workers exit before they are ready ({self._start_failures} in a "
+                                f"row, the last {why})")
+        self._replace(i)
+
+    def _replace(self, i: int) -> None:
+        raise NotImplementedError
 
     def _free(self) -> int:
         raise NotImplementedError
@@ -317,14 +332,18 @@ class Executor:
     def _limit(self, job: Job) -> float:
         return time_limit(job, self.timeout_s, self.heldout)
 
-    def run(self, jobs: list[Job]) -> list[Evaluation]:
-        """Evaluate a batch and wait for all of it; results in job order."""
+    def run(self, jobs: list[Job], each: Callable[[Job, Evaluation], None] | None = None) -> list[Evaluation]:
+        """Evaluate a batch and wait for all of it; results in job order. `each(job, result)` is
+        called as each job comes back (the hand-over stores a program's starts as soon as they
+        are in, so a kill loses only the program in flight)."""
         for j in jobs:
             self.submit(j)
         done: dict[int, Evaluation] = {}
         while self.busy:
             for job, res in self.poll():
                 done[id(job)] = res
+                if each is not None:
+                    each(job, res)
             if self.busy:
                 self.wait()
         return [done[id(j)] for j in jobs]
@@ -343,22 +362,10 @@ class WorkerPool(Executor):
         self.args = (data_dir, train_fraction, prepare, where)
         self.recycle = recycle
         self.workers = [_Worker(self.ctx, *self.args) for _ in range(max(1, workers))]
-        self._start_failures = 0  # workers in a row that exited before they were ready
 
     def _replace(self, i):
         self.workers[i].kill()
         self.workers[i] = _Worker(self.ctx, *self.args)
-
-    def _start_failed(self, i):
-        """Worker i exited before it was ready: replace it, or give up after START_FAILURES in
-        a row (a worker that cannot read the data or import the judge never will: without this
-        the pool would start one after another for ever, the run waiting on it)."""
-        code = self.workers[i].proc.exitcode
-        self._start_failures += 1
-        if self._start_failures >= START_FAILURES:
-            raise ExecutorError(f"the evaluation workers exit before they are ready ({self._start_failures} in a "
-                                f"row, the last with exit code {code}); their error is printed above")
-        self._replace(i)
 
     @property
     def busy(self) -> bool:
@@ -386,9 +393,9 @@ class WorkerPool(Executor):
                         w.ready = True
                         self._start_failures = 0
                     except EOFError:
-                        self._start_failed(i)
+                        self._start_failed(i, f"with exit code {w.proc.exitcode}; its error is printed above")
                 elif not w.proc.is_alive():
-                    self._start_failed(i)
+                    self._start_failed(i, f"with exit code {w.proc.exitcode}; its error is printed above")
                 continue
             if w.job is None and self.pending:
                 w.job = self.pending.pop(0)

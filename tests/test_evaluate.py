@@ -99,6 +99,13 @@ def test_invalid_program_is_reported(evaluator):
     assert not res.valid and "gets faster with more work: +D" in res.error
 
 
+@pytest.mark.parametrize("fraction", [math.nan, -0.1, 1.5, "0.7"])
+def test_a_train_fraction_outside_0_1_is_refused(gt, fraction):
+    """Outside [0, 1] every request would train or none, and the scores would mean nothing."""
+    with pytest.raises(ValueError, match="train_fraction must be a number within"):
+        Evaluator(gt, train_fraction=fraction)
+
+
 def test_fitting_is_deterministic(evaluator):
     p = parse_program(seed_sources()["phase_split"])
     a, b = evaluator.evaluate(p), evaluator.evaluate(p)

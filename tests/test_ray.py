@@ -47,6 +47,28 @@ def _wait_ready(pool: RayPool, timeout: float = 300.0) -> None:
         time.sleep(0.05)
 
 
+def test_an_actor_that_cannot_start_is_one_error_not_a_hang():
+    """An actor whose constructor raises (here: the judge refuses the train fraction) is one
+    RayExecutorError naming the cause. Ray reports it as ActorDiedError, not RayTaskError, and
+    the pool used to start one actor after another for ever, the run waiting on it. First in
+    the module: its pool starts (and ends) its own local instance, with one CPU for the states
+    task and then the actor (local_pool's actor would hold that CPU)."""
+    assert not ray.is_initialized()
+    pool = RayPool(None, train_fraction=5.0, workers=1, timeout_s=60.0)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(RayExecutorError) as got:
+            while time.monotonic() - t0 < 120:
+                pool.poll()
+                time.sleep(0.05)
+        msg = str(got.value)
+        assert msg.startswith("a Ray worker could not start") and "train_fraction" in msg, msg
+        assert "\n" not in msg
+    finally:
+        pool.close()
+    assert not ray.is_initialized()
+
+
 # ------------------------------------------------------------------ a local ray.init
 
 @pytest.fixture(scope="module")
