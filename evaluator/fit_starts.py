@@ -43,14 +43,15 @@ def evaluate_starts(evaluator, program, n: int, heldout=True, seed: int = 0, fir
         else:
             p = program if i == 0 else parse_program(program.with_constants(x))
             res = evaluator.evaluate(p, heldout=heldout)
-        out.append(start_record(program, i, x, res.valid, res.error, res.objectives))
+        out.append(start_record(program.const_names, i, x, res.valid, res.error, res.objectives))
     return out
 
 
-def start_record(program, i: int, x, valid: bool, error: str | None, objectives) -> dict:
-    """What one start gave: its constants, validity (why not), the in-sample mean E2E error
-    and each held-out regime's error (`evaluator.objectives.regime_errors`)."""
-    return {"start": i, "start_constants": dict(zip(program.const_names, map(float, x))),
+def start_record(names, i: int, x, valid: bool, error: str | None, objectives) -> dict:
+    """What one start gave: its constants (`names` = the program's `const_names`), validity
+    (why not), the in-sample mean E2E error and each held-out regime's error
+    (`evaluator.objectives.regime_errors`)."""
+    return {"start": i, "start_constants": dict(zip(names, map(float, x))),
             "valid": bool(valid), "error": error,
             "e2e_mean": objectives.get("e2e_mean") if valid else None,
             "regimes": regime_errors(objectives) if valid else {}}

@@ -463,7 +463,7 @@ def cmd_handover(args) -> int:
         return pools[-1]
     before = run.get("recommended")
     try:
-        best = hand_over(archive, args.run, pool, args.starts, usable=usable_check(gt),
+        best = hand_over(archive, args.run, pool, args.starts, usable=usable_check(gt), shortlist_size=args.shortlist,
                          say=lambda line: print(line, file=sys.stderr, flush=True))
     except KeyboardInterrupt:
         print("interrupted: the starts of every program already fitted are kept; run it again to finish")
@@ -782,6 +782,9 @@ def build_parser() -> argparse.ArgumentParser:
     ho.add_argument("--archive", default="archive.db", metavar="PATH")
     ho.add_argument("--starts", type=POSITIVE_INT, default=HANDOVER_STARTS, metavar="N",
                     help=f"start points per program, the declared constants first (default {HANDOVER_STARTS})")
+    ho.add_argument("--shortlist", type=POSITIVE_INT, default=HANDOVER_SHORTLIST, metavar="N",
+                    help=f"programs weighed, the first N in the declared-start order (default {HANDOVER_SHORTLIST}; "
+                         f"each one past the stored ones costs a full evaluation per extra start)")
     ho.add_argument("--workers", type=POSITIVE_INT, default=2)
     ho.set_defaults(func=cmd_handover)
 

@@ -83,7 +83,7 @@ def _evaluate_starts(archive: Archive, todo: list[dict], n_starts: int,
     """Fit each program of `todo` from its extra start points on the executor (started only if
     some program has constants); store and return each program's start records (start 0: its
     archived evaluation) as soon as all of them are in."""
-    programs, jobs, got, pool = {}, {}, {}, None
+    programs, jobs, owner, got, out = {}, [], {}, {}, {}
     for rec in todo:
         try:
             program = parse_program(rec["source"])
@@ -93,23 +93,21 @@ def _evaluate_starts(archive: Archive, todo: list[dict], n_starts: int,
         programs[rec["id"]] = (rec, program, points)
         got[rec["id"]] = {}
         for i, x in enumerate(points[1:], 1):
-            job = Job(index=len(jobs), source=program.with_constants(x), kind="full", batch=-1)
-            jobs[id(job)] = (rec["id"], i)
-            pool = pool or pool_factory()
-            pool.submit(job)
-    out = {}
+            jobs.append(Job(index=len(jobs), source=program.with_constants(x), kind="full", batch=-1))
+            owner[id(jobs[-1])] = (rec["id"], i)
     for pid, (rec, program, points) in programs.items():  # nothing to run: only the declared start
         if len(points) <= 1:
             out[pid] = _store(archive, rec, program, points, {}, n_starts)
-    while pool is not None and pool.busy:
-        for job, res in pool.poll():
-            pid, i = jobs[id(job)]
-            got[pid][i] = res
-            rec, program, points = programs[pid]
-            if len(got[pid]) == len(points) - 1:
-                out[pid] = _store(archive, rec, program, points, got[pid], n_starts)
-        if pool.busy:
-            pool.wait()
+
+    def each(job: Job, res: Evaluation) -> None:
+        pid, i = owner[id(job)]
+        got[pid][i] = res
+        rec, program, points = programs[pid]
+        if len(got[pid]) == len(points) - 1:
+            out[pid] = _store(archive, rec, program, points, got[pid], n_starts)
+
+    if jobs:
+        pool_factory().run(jobs, each)
     return out
 
 
@@ -117,14 +115,10 @@ def _store(archive: Archive, rec: dict, program, points, results: dict[int, Eval
     """The program's start records: start 0 from its archived evaluation, the others from
     `results`; written to the archive with their spread."""
     declared = rec["evaluation"]
-    if program is None or not points:
-        records = [{"start": 0, "start_constants": {}, "valid": True, "error": None,
-                    "e2e_mean": rec["objectives"].get("e2e_mean"), "regimes": regime_errors(rec["objectives"])}]
-    else:
-        records = [start_record(program, 0, points[0], declared["valid"], declared.get("error"), rec["objectives"])]
-        records += [start_record(program, i, points[i], results[i].valid, results[i].error, results[i].objectives)
-                    for i in range(1, len(points))]
+    names, x0 = (program.const_names, points[0]) if program is not None and points else ((), ())
+    records = [start_record(names, 0, x0, declared["valid"], declared.get("error"), rec["objectives"])]
+    records += [start_record(names, i, points[i], results[i].valid, results[i].error, results[i].objectives)
+                for i in range(1, len(points))]
     archive.set_fit_starts(rec["id"], {"starts": n_starts, "seed": START_SEED, "records": records,
                                        "spread": spread(records)})
     return records
-

@@ -60,7 +60,8 @@ MESSAGE_OVERHEAD_TOKENS = 16  # chat-template tokens per message, on top of at m
 
 KINDS = ("improve", "simplify", "crossover")
 MAX_ERROR_CHARS = 600
-_STUCK: list[threading.Thread] = []  # threads of calls stopped at their deadline (`_leave_if_stuck`)
+_STUCK: list[threading.Thread] = []  # live threads of calls stopped at their deadline (`_leave_if_stuck`)
+_HOOKED = [False]  # `_leave_if_stuck` registered (once per process)
 _EXIT_CODE = [0]  # the code the process is leaving with, as `evolve.cli.main` notes it
 
 
@@ -431,9 +432,10 @@ class LLMMutator:
         thread = threading.Thread(target=target, daemon=True, name="llm-call")
         thread.start()
         if not done.wait(self.timeout_s):
-            if not _STUCK:  # threading's exit hooks run before atexit's and executor joins, the last registered first
+            if not _HOOKED[0]:  # threading's exit hooks run before atexit's and executor joins, the last registered first
                 getattr(threading, "_register_atexit", atexit.register)(_leave_if_stuck)
-            _STUCK.append(thread)
+                _HOOKED[0] = True
+            _STUCK[:] = [t for t in _STUCK if t.is_alive()] + [thread]  # a long run drops the calls that ended
             raise LLMDeadline(f"no complete reply within the deadline of {self.timeout_s:g} s")
         if "exc" in box:
             raise box["exc"]

@@ -89,9 +89,16 @@ def _handover(path, run, *extra):
 
 def test_handover_command_fits_the_shortlist_from_its_starts_once(handover_archive, evaluator):
     path, run, evs = handover_archive
+    # --shortlist 1 weighs the first program alone; the full pass then fits only the other
+    first = _handover(path, run, "--starts", "2", "--shortlist", "1")
+    assert first.returncode == 0, first.stderr
+    assert "fitting 1 of the 1 best programs" in first.stderr
+    a = Archive(path, readonly=True)
+    assert sum(bool(p["evaluation"].get("fit_starts")) for p in map(a.program, _ids(a, run))) == 1
+    a.close()
     r = _handover(path, run, "--starts", "2")
     assert r.returncode == 0, r.stderr
-    assert "Traceback" not in r.stderr and "hand-over: fitting" in r.stderr
+    assert "Traceback" not in r.stderr and "fitting 1 of the 2 best programs" in r.stderr
     a = Archive(path, readonly=True)
     rec = {src: a.program(pid) for src, pid in zip((ONE_CONSTANT, NO_CONSTANT), _ids(a, run))}
     one = rec[ONE_CONSTANT]["evaluation"]["fit_starts"]
