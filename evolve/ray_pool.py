@@ -23,6 +23,7 @@ import logging
 import os
 import pickle
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ from evaluator.data import load
 from evaluator.evaluate import Evaluator
 from evaluator.records import Evaluation
 from evolve.workers import RECYCLE, WAIT_CAP_S, Executor, Job, job_message, run_job
+
+
+PLACE_WARN_S = 60.0  # no actor ready this long after the pool started: say what the cluster lacks (once)
 
 
 class RayExecutorError(RuntimeError):
@@ -109,6 +113,8 @@ class RayPool(Executor):
         self.actor_cls = ray.remote(num_cpus=1)(_RayWorker)
         self.train_fraction = train_fraction
         self.slots = [self._new_slot() for _ in range(max(1, workers))]
+        self.place_warn_s = PLACE_WARN_S
+        self._born, self._placed_or_told = time.monotonic(), False
         self.bytes_sent = 0
         self.bytes_received = 0
         self.jobs_done = 0
@@ -195,9 +201,33 @@ class RayPool(Executor):
                                                                          f"({self._limit(s.job):.0f} s)")))
                     self._count_kill(s.job)
                     self._replace(i)
+        self._tell_if_unplaced()
         return results
 
+    def _tell_if_unplaced(self) -> None:
+        """One line on stderr when no actor is ready `place_warn_s` after the pool started: on a
+        cluster whose CPUs other jobs hold, Ray keeps the actors (and the states task) pending
+        without a word (its own warning goes to the driver's log, which the pool turns off), and
+        the run sat at 0 evaluations. Not an error: the CPUs may come free."""
+        if self._placed_or_told:
+            return
+        if any(s.ready for s in self.slots):
+            self._placed_or_told = True
+            return
+        waited = time.monotonic() - self._born
+        if waited > self.place_warn_s:
+            self._placed_or_told = True
+            free = self.ray.available_resources().get("CPU", 0.0)
+            total = self.ray.cluster_resources().get("CPU", 0.0)
+            print(f"waiting for Ray: none of the {len(self.slots)} evaluation actors is ready after {waited:.0f} s; "
+                  f"the cluster has {free:g} of its {total:g} CPUs free, and each actor needs 1", file=sys.stderr,
+                  flush=True)
+
     def close(self) -> None:
+        try:  # a states task still pending (a cluster without a free CPU) must not start after we left
+            self.ray.cancel(self.shared_ref)
+        except Exception:  # noqa: BLE001 - done already, or the cluster is gone
+            pass
         for s in self.slots:
             try:
                 self.ray.kill(s.actor, no_restart=True)

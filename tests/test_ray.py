@@ -119,6 +119,28 @@ def test_runaway_candidate_is_force_killed(local_pool):
     assert local_pool.slots[0].pid != old_pid
 
 
+def test_actors_the_cluster_cannot_place_are_said_once(local_pool, capsys):
+    """On a cluster whose CPUs are held (here: local_pool's actor holds its instance's one CPU),
+    Ray keeps a new pool's states task and actor pending without a word; the pool says so once
+    on stderr instead of leaving the run silent at 0 evaluations."""
+    _wait_ready(local_pool)
+    pool = RayPool(None, workers=1, timeout_s=60.0)  # on local_pool's instance
+    pool.place_warn_s = 1.0
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3.0:
+            pool.poll()
+            time.sleep(0.05)
+        assert not any(s.ready for s in pool.slots)
+    finally:
+        pool.close()
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("waiting for Ray")]
+    assert len(lines) == 1, err
+    assert "none of the 1 evaluation actors is ready" in lines[0] and "0 of its 1 CPUs free" in lines[0], lines[0]
+    assert ray.is_initialized()  # local_pool's instance is not this pool's to end
+
+
 # ------------------------------------------------------------------ two nodes with `ray start`
 
 def _active_nodes(address: str, env: dict) -> int:
