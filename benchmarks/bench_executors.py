@@ -53,6 +53,9 @@ Recorded (trace mode, ../shared/data, 2026-11-23, 2-core machine, nothing else r
                  9f6d339  local 1 worker 0.322/s, 2 workers 0.596/s; Ray 0.267/s, 0.586/s
                so about 10% slower for these six candidates (the fits of the larger ones;
                one-process full evaluations of the seeds moved within noise, bench_full_eval).
+  again at 3a4806b (the evaluation unchanged since), 2026-11-27 23:35, load 0.96 before, 1.52
+               after: local 1 worker 0.246/s, 2 workers 0.528/s (2.15x); Ray 1 worker 0.270/s,
+               2 workers 0.450/s (0.85x the local pool, 1.67x Ray's one worker). Same bytes.
 """
 from __future__ import annotations
 

@@ -153,6 +153,11 @@ prior), two thirds of them inactive hinges, over ~11,000 predicted states; scipy
 that Jacobian is ~0.44 ms a call, ~24% of the fit. Tried and not kept: MINPACK's `lm`
 (no faster over 32 programs: 89.9 against 90.5 CPU s), a tolerance of 1e-6 and skipping the
 first weight (benchmarks/solver_noise.py: gains inside this VM's noise, judgements move).
+
+Again at 3a4806b (`--programs measured_per_layer,ten_constants --pool`, ../shared/data, 16
+experiments, 9 split jobs a full job), 2026-11-27 23:34, load 1.05 before, 1.24 after: one
+process 2.95 / 4.84 s CPU, screen 0.46 / 0.80 s, split jobs 2.52 / 4.35 s in all; the full job
+on the local pool of 2 workers 1.36-1.52 / 1.67-1.98 s wall (goal 0.5 s).
 """
 from __future__ import annotations
 
