@@ -86,6 +86,13 @@ would end the same, its search being unchanged): #772 (`SCALE * t_step_measured 
 t_decode_spread`): LOWO 2.2%, LOMO 7.8%, high load 5.1%, long decode 8.7%, overload 26.5 points,
 the same from all 4 starts.
 
+The trace run at d172dc8 (2026-11-28 00:03-00:39, fresh worktree, nothing else running; load
+0.35 -> 1.98): 2136.4 s (35.6 min; goal 12), 0.936 eval/s, peak PSS 1510 MB (RSS 1834 MB; driver
+570), CPU 3964 s (driver 74 s, sampler 60 s); the search of 9f6d339 again (499 full
+evaluations, 1,423 screens, 78 twins, 429 known programs redrawn; frontier 142, hypervolume
+48.917), its loop 2034 s; now hands over #772 itself (the same from all 4 starts: LOWO 2.2%, LOMO
+7.8%, high load 5.1%, long decode 8.7%, overload 26.5 points).
+
 The README job at 75ed923 (2026-11-27 20:01-20:31, fresh worktree, nothing else running; load
 0.69 -> 2.04): 1792.8 s wall (the search loop 1708 s; the rest is start-up and the hand-over, 4
 programs x 3 more starts, which took 31 s alone on a copy of 3468e9c's archive), 1.116 eval/s, peak PSS 946 MB (RSS 1229 MB; driver 356, workers

@@ -33,6 +33,15 @@ def _pct(x) -> str:
     return MISSING if x is None else f"{100 * x:.1f}%"
 
 
+def _regime(key: str, x) -> str:
+    """A held-out regime's error: the overload failures' in points (a difference of two
+    fractions), the others in percent."""
+    if key != "overload_fail":
+        return _pct(x)
+    x = finite_or_none(x)
+    return MISSING if x is None else f"{100 * x:.1f} pts"
+
+
 def _console() -> Console:
     """Full-width tables when piped (a terminal keeps its own width)."""
     from rich.console import Console
@@ -343,7 +352,7 @@ def cmd_run(args) -> int:
         held = ""
         if has_heldout(b):
             from evaluator.objectives import BY_NAME, REGIMES
-            held = "held-out: " + ", ".join(f"{BY_NAME[k].label} {_pct(b[k])}" for k in REGIMES if k in b) \
+            held = "held-out: " + ", ".join(f"{BY_NAME[k].label} {_regime(k, b[k])}" for k in REGIMES if k in b) \
                 + "; in-sample "
         con.print(f"use #{b['id']} (closest to the best error of every held-out regime): "
                   f"{held}E2E {_pct(b['e2e_mean'])} "

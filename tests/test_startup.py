@@ -98,10 +98,14 @@ def test_the_search_driver_loads_no_solver(tmp_path):
     the driver must not load them, even after a run whose workers fitted programs."""
     body = f"""
 import evolve.cli
-with contextlib.redirect_stdout(io.StringIO()):
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
     evolve.cli.main(["run", "--budget", "4", "--workers", "1", "--seed", "0", "--handover-starts", "2",
                      "--archive", {str(tmp_path / "a.db")!r}])
-import json, sqlite3
+import json, re, sqlite3
+# the summary's hand-over line gives the overload failures in points, as every other view does
+use = " ".join(out.getvalue().split()).split("use #", 1)[1].split("in-sample", 1)[0]
+assert re.search(r"overload failures [0-9]+[.][0-9] pts", use), use
 con = sqlite3.connect({str(tmp_path / "a.db")!r})
 assert con.execute("select count(*) from programs").fetchone()[0] >= 4
 # the run ended by fitting its shortlist again from 2 starts (in the workers) and kept them
