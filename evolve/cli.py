@@ -17,7 +17,7 @@ from evaluator.objectives import Caps, finite_or_none, has_heldout, selection_lo
 from evolve import blis_cmds
 from evolve.config import HANDOVER_SHORTLIST, HANDOVER_STARTS
 from evolve.archive_check import ArchiveError, describe_db_error
-from evolve.views.format import BASELINE_PREFIX, MISSING, clean_json, fmt_missing, fmt_rate
+from evolve.views.format import BASELINE_PREFIX, MISSING, clean_json, fmt_missing, fmt_pts, fmt_rate
 
 # Each command imports what it runs (numba, SciPy, pandas, Plotly, Ray, SQLAlchemy, the
 # evaluator, rich) when it runs: `evolve --help` and `evolve frontier` load none of the heavy
@@ -39,7 +39,7 @@ def _regime(key: str, x) -> str:
     if key != "overload_fail":
         return _pct(x)
     x = finite_or_none(x)
-    return MISSING if x is None else f"{100 * x:.1f} pts"
+    return fmt_pts(None if x is None else 100 * x)
 
 
 def _console() -> Console:
