@@ -71,7 +71,8 @@ def coverage_lines(cov: Mapping) -> list[str]:
     r = cov["ranges"]
     ctx = r["request_context_tokens"]
     rate = r["rate_req_s"]
-    regimes = ", ".join(f"{BY_NAME[k].label} {'—' if v is None else f'{100 * v:.1f}%'}"
+    regimes = ", ".join(f"{BY_NAME[k].label} {'—' if v is None else f'{100 * v:.1f}'}"
+                        f"{'' if v is None else ' pts' if BY_NAME[k].points else '%'}"
                         for k, v in cov["regimes"].items()) or "none scored"
     return [f"Fitted on: {f['experiments']} experiments ({f['mode']} mode) of {models}; "
             f"workloads {', '.join(f['workloads'])}; {lim}",

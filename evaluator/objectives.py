@@ -19,6 +19,7 @@ class Objective:
     name: str  # key in Evaluation.objectives and archive column name
     label: str  # short human label for tables and plots
     percent: bool  # a relative error shown as a percentage (else a plain count)
+    points: bool = False  # a difference of two fractions, shown in percentage points
 
 
 OBJECTIVES: tuple[Objective, ...] = (
@@ -36,7 +37,7 @@ OBJECTIVES: tuple[Objective, ...] = (
     # time where the measurement overloaded: `evaluator.holdout.ranked_error`); and the failed
     # fraction of the held-out overloaded stages (evaluator.holdout; only on data that has them)
     Objective("long_e2e", "long-decode error", True),
-    Objective("overload_fail", "overload failures", True),
+    Objective("overload_fail", "overload failures", True, points=True),
 )
 ORDER: tuple[str, ...] = tuple(o.name for o in OBJECTIVES)  # every objective (archive columns)
 BY_NAME: dict[str, Objective] = {o.name: o for o in OBJECTIVES}

@@ -17,7 +17,7 @@ from evaluator.objectives import Caps, finite_or_none, has_heldout, selection_lo
 from evolve import blis_cmds
 from evolve.config import HANDOVER_SHORTLIST, HANDOVER_STARTS
 from evolve.archive_check import ArchiveError, describe_db_error
-from evolve.views.format import BASELINE_PREFIX, MISSING, clean_json, fmt_missing, fmt_pts, fmt_rate
+from evolve.views.format import BASELINE_PREFIX, MISSING, clean_json, fmt_missing, fmt_rate, fmt_regime
 
 # Each command imports what it runs (numba, SciPy, pandas, Plotly, Ray, SQLAlchemy, the
 # evaluator, rich) when it runs: `evolve --help` and `evolve frontier` load none of the heavy
@@ -31,15 +31,6 @@ if TYPE_CHECKING:
 def _pct(x) -> str:
     x = finite_or_none(x)
     return MISSING if x is None else f"{100 * x:.1f}%"
-
-
-def _regime(key: str, x) -> str:
-    """A held-out regime's error: the overload failures' in points (a difference of two
-    fractions), the others in percent."""
-    if key != "overload_fail":
-        return _pct(x)
-    x = finite_or_none(x)
-    return fmt_pts(None if x is None else 100 * x)
 
 
 def _console() -> Console:
@@ -237,12 +228,16 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
         best = min(fr, key=lambda m: selection_loss(m.objectives), default=None)
         o = best.objectives if best else {}
         label, err = best_error(fr, cfg.holdout)
-        prog.update(task, completed=run["n_evaluated"], run=search.run_id, label=label, best=_pct(err),
+        prog.update(task, completed=run["n_evaluated"], run=search.run_id, label=label, best=err,
                     itl=_pct(o.get("itl_mean")),
                     step=_pct(_best_step_mape(fr)),
                     front=len(fr))
 
     search = Search(cfg, archive, progress=update)
+    prog.update(task, total=search.planned)
+    if not resume and search.planned > cfg.budget and not quiet:
+        print(f"note: every run starts by evaluating the {search.planned} seed programs; --budget {cfg.budget} "
+              f"is fewer, so this run evaluates them and stops", file=sys.stderr, flush=True)
     # in a log (stderr not a terminal) one plain line at least every 30 s
     log = ProgressLog(search, float(os.environ.get("STEPEVOLVE_PROGRESS_S", 30))) \
         if not quiet and not sys.stderr.isatty() else contextlib.nullcontext()
@@ -352,7 +347,7 @@ def cmd_run(args) -> int:
         held = ""
         if has_heldout(b):
             from evaluator.objectives import BY_NAME, REGIMES
-            held = "held-out: " + ", ".join(f"{BY_NAME[k].label} {_regime(k, b[k])}" for k in REGIMES if k in b) \
+            held = "held-out: " + ", ".join(f"{BY_NAME[k].label} {fmt_regime(k, b[k])}" for k in REGIMES if k in b) \
                 + "; in-sample "
         con.print(f"use #{b['id']} (closest to the best error of every held-out regime): "
                   f"{held}E2E {_pct(b['e2e_mean'])} "
@@ -742,7 +737,7 @@ def build_parser() -> argparse.ArgumentParser:
     def run_opts(sp):
         data_opts(sp)
         caps_opts(sp)
-        sp.add_argument("--budget", type=POSITIVE_INT, default=2000, help="candidate evaluations (default 2000)")
+        sp.add_argument("--budget", type=POSITIVE_INT, default=2000, help="candidate evaluations, the seed programs included (default 2000; every run evaluates all its seeds first)")
         sp.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
         sp.add_argument("--archive", default="archive.db", metavar="PATH")
         sp.add_argument("--workers", type=POSITIVE_INT, default=2, help="evaluation processes (default 2)")

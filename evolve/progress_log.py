@@ -4,7 +4,7 @@ The rich progress bar only redraws a terminal; in a log a long run was silent fo
 daemon thread writes one line at least every `interval_s` (30 s) whatever the search is doing
 (a single full evaluation can take minutes):
 
-    progress run-0-ab12cd34: 48/200 evaluations, best held-out (worst regime) 6.1%, 0.41 eval/s, LLM $0.0123
+    progress run-0-ab12cd34: 48/200 evaluations, best held-out (worst regime: long-decode error) 6.1%, 0.41 eval/s, LLM $0.0123
 
 Each line is whole: one write of the line and its newline, whitespace inside it (a multi-line
 error message) collapsed to single spaces, never wrapped or cut to a width; a missing best
@@ -12,36 +12,41 @@ error is "—" as in every table (evolve.views.format.MISSING). cli.py draws no 
 """
 from __future__ import annotations
 
-import math
 import sys
 import threading
 import time
 
-from evaluator.objectives import finite_or_none
-from evolve.views.format import MISSING
+from evaluator.objectives import BY_NAME, finite_or_none, regime_errors
+from evolve.views.format import MISSING, fmt_err, fmt_regime
 from evolve.views.history import ranked_error
 
-def best_error(members, holdout: bool) -> tuple[str, float]:
-    """(label, value): the lowest error the run ranks on among the members: the worst held-out
-    regime (evolve.views.history.ranked_error, as the report's and the UI's "best so far"), the
-    in-sample mean E2E error when the run ranks in-sample only; NaN when none is finite."""
-    best = math.nan
+def best_error(members, holdout: bool) -> tuple[str, str]:
+    """(label, text): the lowest error the run ranks on among the members, as printed. Held out:
+    the best program's worst regime (evolve.views.history.ranked_error, as the report's and the
+    UI's "best so far"), named, in its unit (the overload failures in points: `fmt_regime`); the
+    in-sample mean E2E error when the run ranks in-sample only; MISSING when none is finite."""
+    best, obj = None, {}
     for m in list(members):
         o = m.objectives or {}
         v = ranked_error(o) if holdout else finite_or_none(o.get("e2e_mean"))
-        if v is not None:
-            best = v if math.isnan(best) else min(best, v)
-    return ("held-out (worst regime)" if holdout else "E2E"), best
+        if v is not None and (best is None or v < best):
+            best, obj = v, o
+    if not holdout:
+        return "E2E", fmt_err(best)
+    if best is None:
+        return "held-out (worst regime)", MISSING
+    errs = regime_errors(obj)
+    key = max(errs, key=errs.get)
+    return f"held-out (worst regime: {BY_NAME[key].label})", fmt_regime(key, best)
 
 
 def progress_line(search, started: float) -> str:
     run = search.archive.get_run(search.run_id) or {}
     n = int(run.get("n_evaluated") or 0)
-    label, best = best_error(search.state.frontier, search.cfg.holdout)
+    label, err = best_error(search.state.frontier, search.cfg.holdout)
     rate = n / max(time.monotonic() - started, 1e-9)
     spend = f"LLM {search.spend.text()}" if search.llm is not None else "LLM none"
-    err = MISSING if math.isnan(best) else f"{100 * best:.1f}%"
-    return one_line(f"progress {search.run_id}: {n}/{search.cfg.budget} evaluations, best {label} {err}, "
+    return one_line(f"progress {search.run_id}: {n}/{search.planned} evaluations, best {label} {err}, "
                     f"{rate:.2f} eval/s, {spend}")
 
 

@@ -208,6 +208,12 @@ class Search:
         self._pending: dict[tuple[str, str], Evaluation] = {}
         self._phase_file = os.environ.get("STEPEVOLVE_PHASE_FILE")  # tests: where the driver is
 
+    @property
+    def planned(self) -> int:
+        """Evaluations this run makes at most: its budget, or its seed programs where they are
+        more (every run starts by evaluating them all; `evolve run` says so)."""
+        return max(self.cfg.budget, len(seed_sources()))
+
     # -------------------------------------------------------------- entry points
     @functools.cached_property
     def _gt(self):

@@ -63,6 +63,10 @@ def test_formatters():
     for v in (None, math.nan, math.inf, -math.inf, "x"):
         assert fmt_err(v) == MISSING and fmt_num(v) == MISSING and fmt_missing(v, str) == MISSING
     assert fmt_err(0.123) == "12.3%" and fmt_num(3.0) == "3"
+    # a held-out regime in its unit, in every view: the overload failures in points
+    from evolve.views.format import fmt_regime
+    assert fmt_regime("overload_fail", 0.265) == "26.5 pts" and fmt_regime("long_e2e", 0.265) == "26.5%"
+    assert fmt_regime("lomo_e2e", 12.0) == "12x" and fmt_regime("overload_fail", math.nan) == MISSING
     assert clean_json({"a": math.nan, "b": [math.inf, 1.0]}) == {"a": None, "b": [None, 1.0]}
 
 
@@ -94,11 +98,20 @@ def test_run_summary_and_progress_line():
     from evolve.progress_log import progress_line
     assert _pct(None) == _pct(math.nan) == _pct(math.inf) == MISSING and _pct(0.05) == "5.0%"
     archive = SimpleNamespace(get_run=lambda run_id: {"n_evaluated": 3})
-    search = SimpleNamespace(archive=archive, run_id="run-x", cfg=SimpleNamespace(budget=9, holdout=True),
+    search = SimpleNamespace(archive=archive, run_id="run-x", cfg=SimpleNamespace(budget=9, holdout=True), planned=9,
                              state=SimpleNamespace(frontier=[SimpleNamespace(objectives={"lowo_e2e": math.nan})]),
                              llm=None)
     line = progress_line(search, 0.0)
     assert f"best held-out (worst regime) {MISSING}," in line and "\n" not in line
+    # the best program's worst regime is named and printed in its unit: the overload failures in
+    # points (a difference of two fractions), not as a percentage
+    held = {"lowo_e2e": 0.03, "lomo_e2e": 0.05, "load_e2e": 0.04, "long_e2e": 0.087, "overload_fail": 0.265}
+    worse = {**held, "overload_fail": 0.4}
+    search.state.frontier = [SimpleNamespace(objectives=worse), SimpleNamespace(objectives=held)]
+    line = progress_line(search, 0.0)
+    assert "3/9 evaluations, best held-out (worst regime: overload failures) 26.5 pts," in line, line
+    search.state.frontier = [SimpleNamespace(objectives={**held, "overload_fail": 0.01})]
+    assert "best held-out (worst regime: long-decode error) 8.7%," in progress_line(search, 0.0)
 
 
 def test_report_html(archive, tmp_path):
@@ -272,11 +285,11 @@ def test_progress_lines_in_a_log_file_are_never_cut(tmp_path):
     archive = SimpleNamespace(get_run=lambda run_id: {"n_evaluated": 12})
     held = {"lowo_e2e": 0.031, "lomo_e2e": 0.244, "load_e2e": 0.272, "long_e2e": 0.336}
     search = SimpleNamespace(archive=archive, run_id="run-0-" + "f" * 60, cfg=SimpleNamespace(budget=200, holdout=True),
-                             state=SimpleNamespace(frontier=[SimpleNamespace(objectives=held)]), llm=None)
+                             planned=200, state=SimpleNamespace(frontier=[SimpleNamespace(objectives=held)]), llm=None)
     with open(tmp_path / "run.log", "w") as f:
         with ProgressLog(search, interval_s=0.01, stream=f):
             threading.Event().wait(0.05)
     lines = (tmp_path / "run.log").read_text().splitlines()
-    assert lines and all(ln.startswith(f"progress {search.run_id}: 12/200 evaluations, best held-out (worst regime) "
-                                       "33.6%, ") and ln.endswith("LLM none") for ln in lines)
+    assert lines and all(ln.startswith(f"progress {search.run_id}: 12/200 evaluations, best held-out "
+                                       "(worst regime: long-decode error) 33.6%, ") and ln.endswith("LLM none") for ln in lines)
     assert max(map(len, lines)) > 80

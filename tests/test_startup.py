@@ -98,11 +98,17 @@ def test_the_search_driver_loads_no_solver(tmp_path):
     the driver must not load them, even after a run whose workers fitted programs."""
     body = f"""
 import evolve.cli
-out = io.StringIO()
-with contextlib.redirect_stdout(out):
+out, err = io.StringIO(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     evolve.cli.main(["run", "--budget", "4", "--workers", "1", "--seed", "0", "--handover-starts", "2",
                      "--archive", {str(tmp_path / "a.db")!r}])
 import json, re, sqlite3
+from seeds import seed_sources
+# a budget below the seed programs is said, and the progress counts against what the run makes
+n = len(seed_sources())
+assert f"every run starts by evaluating the {{n}} seed programs; --budget 4 is fewer" in err.getvalue(), err.getvalue()
+assert re.search(rf"progress run-[0-9]+-[0-9a-f]+: [0-9]+/{{n}} evaluations", err.getvalue()), err.getvalue()
+assert "/4 evaluations" not in err.getvalue()
 # the summary's hand-over line gives the overload failures in points, as every other view does
 use = " ".join(out.getvalue().split()).split("use #", 1)[1].split("in-sample", 1)[0]
 assert re.search(r"overload failures [0-9]+[.][0-9] pts", use), use

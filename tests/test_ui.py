@@ -182,8 +182,14 @@ def test_api_shapes(server, built):
     rec_id = pts["recommended"]
     assert rec_id == Archive(built["path"], readonly=True).best_transfer(built["run"])["id"]
     assert [p["id"] for p in pts["points"] if p["recommended"]] == [rec_id]
-    keys = [k for k, _ in pts["regimes"]]
+    keys = [k for k, *_ in pts["regimes"]]
     assert keys[:3] == ["lowo_e2e", "lomo_e2e", "load_e2e"] and all(k in pts["points"][0] for k in keys)
+    # each regime says its unit: the overload failures are a difference of fractions, in points
+    assert {k: points for k, _, points in pts["regimes"]} == {k: k == "overload_fail" for k in keys}
+    from evolve.views.history import worst_regime_key
+    for p in pts["points"]:
+        if p["ranked_error"] is not None:
+            assert p["ranked_points"] == (worst_regime_key({k: p[k] for k in keys}) == "overload_fail")
     for p in pts["points"]:
         assert p["duplicate_of"] is None or p["duplicate_of"] in {q["id"] for q in pts["points"] if q["duplicates"]}
 
@@ -202,6 +208,7 @@ def test_api_shapes(server, built):
     st, best = get(server, f"/api/program/{rec_id}")
     assert best["recommended"] and [r["key"] for r in best["regimes"]] == keys
     assert sum(r["worst"] for r in best["regimes"]) == 1
+    assert all(r["points"] == (r["key"] == "overload_fail") for r in best["regimes"])
     heads = [h for h, _ in best["coverage"]]
     assert heads == ["Fitted on", "Seen", "Held-out error per regime", "Not validated for", "Physical on served shapes"]
 
@@ -383,8 +390,10 @@ def test_page_plot_panel_and_filter(page, server, built, tmp_path):
     page.wait_for_selector("#coverage li")
     assert "★ recommended" in page.locator("#rectag").inner_text()
     regimes = page.locator("#regimes").inner_text().upper()
-    for _, label in pts["regimes"]:
+    for _, label, points in pts["regimes"]:
         assert label.upper() in regimes
+        if points:  # the overload failures in points, as every view prints them
+            assert re.search(label.upper() + r"[^0-9]*[0-9.]+ PTS", regimes), regimes
     assert "WORST" in regimes
     cov = page.locator("#coverage").inner_text()
     assert "Fitted on:" in cov and "Not validated for:" in cov

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from evaluator.objectives import Caps, finite_or_none
+from evaluator.objectives import BY_NAME, Caps, finite_or_none
 from evaluator.records import strict_json
 
 # evaluator.program (numba) is imported where a program is parsed, not here: `evolve frontier`
@@ -88,6 +88,15 @@ def fmt_pts(v) -> str:
     """Percentage points (an error between two fractions); a dash when missing."""
     x = finite_or_none(v)
     return MISSING if x is None else f"{x:.1f} pts"
+
+
+def fmt_regime(key: str, v) -> str:
+    """A held-out regime's error (a fraction) as every view prints it: in points where it is a
+    difference of two fractions (the overload failures: `Objective.points`), else as `fmt_err`."""
+    if not BY_NAME[key].points:
+        return fmt_err(v)
+    x = finite_or_none(v)
+    return fmt_pts(None if x is None else 100.0 * x)
 
 
 def failure_cells(r: Mapping) -> list[str]:

@@ -36,13 +36,19 @@ def ranked_error_label(objectives_list: Iterable[Mapping | None]) -> str:
             else "mean E2E error (in-sample)")
 
 
-def worst_regime(objectives: Mapping | None) -> str | None:
-    """The label of the regime a program does worst on (None without held-out errors)."""
+def worst_regime_key(objectives: Mapping | None) -> str | None:
+    """The objective name of the regime a program does worst on (None without held-out errors)."""
     obj = objectives or {}
     if not has_heldout(obj):
         return None
     errs = regime_errors(obj)
-    return BY_NAME[max(errs, key=errs.get)].label if errs else None
+    return max(errs, key=errs.get) if errs else None
+
+
+def worst_regime(objectives: Mapping | None) -> str | None:
+    """The label of the regime a program does worst on (None without held-out errors)."""
+    key = worst_regime_key(objectives)
+    return None if key is None else BY_NAME[key].label
 
 
 def _point(objectives: Mapping | None, complexity: float | None) -> tuple[float, float] | None:

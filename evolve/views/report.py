@@ -20,7 +20,7 @@ from plotly.offline import get_plotlyjs
 from evaluator.coverage import coverage, coverage_lines
 from evaluator.served_shapes import usable_check
 from evaluator.objectives import BY_NAME, HELDOUT, ORDER, REGIMES, finite_or_none, has_heldout
-from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
+from evolve.views.format import (BASELINE_PREFIX, fmt_regime, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
                                  failure_cells, fmt_err, fmt_missing, fmt_num, go_cap_status, mean, objectives_of,
                                  rows_of)
 from evolve.views.history import front_hypervolume, ranked_error, worst_regime
@@ -159,7 +159,7 @@ def regime_cells(objectives: Mapping) -> list[tuple[str, str, bool]]:
     """(label, error, is the worst) per held-out regime the program was scored on, in
     `REGIMES` order, as `show` prints them."""
     worst = worst_regime(objectives)
-    return [(BY_NAME[k].label, fmt_err(objectives.get(k)), BY_NAME[k].label == worst)
+    return [(BY_NAME[k].label, fmt_regime(k, objectives.get(k)), BY_NAME[k].label == worst)
             for k in REGIMES if k in objectives]
 
 

@@ -12,15 +12,15 @@ GET /api/runs                          {"archive", "runs": [run...], "default": 
 GET /api/points?run=&max_complexity=   {"run", "max_complexity", "points": [point...],
                                        "n_total", "n_unplottable", "complexity_range": [lo, hi],
                                        "recommended": id (Archive.best_transfer; the page opens on it),
-                                       "regimes": [[key, label]...], "ranked_label",
+                                       "regimes": [[key, label, in points]...], "ranked_label",
                                        "history": {"ref", "label", "runs": {run: [[i, best, hv]...]}}}
                                        point = {id, complexity, e2e_mean, e2e_worst, ttft_mean,
                                        itl_mean, step_mape, the held-out regimes, ranked_error,
-                                       frontier, recommended, duplicates, duplicate_of, operator,
+                                       ranked_points (the worst regime is in points), frontier, recommended, duplicates, duplicate_of, operator,
                                        generation, run_id}; best and hv: evolve.views.history
 GET /api/program/<id>                  the archive record (program + full evaluation) plus
                                        "const_names", "go_cap" (None = fits the Go cap),
-                                       "recommended" (bool), "regimes" [{key, label, value, worst}],
+                                       "recommended" (bool), "regimes" [{key, label, value, worst, points}],
                                        "fit_starts_text" (the regimes' range over the fit starts,
                                        where the run's hand-over weighed the program)
                                        and "coverage" ([[heading, text]...]: what `show` prints)
@@ -69,7 +69,8 @@ from evolve.pareto import pareto_front
 from evolve.views.holdout_table import holdout_summary, split_errors, starts_text
 from evolve.views.format import BASELINE_PREFIX, clean_json, complexity_of, const_names, go_cap_status
 from evolve.views.go_view import GoView
-from evolve.views.history import HV_REF, progress_series, ranked_error, ranked_error_label, worst_regime
+from evolve.views.history import (HV_REF, progress_series, ranked_error, ranked_error_label, worst_regime,
+                                  worst_regime_key)
 from evolve.views.tables import duplicate_groups
 
 __all__ = ["make_server", "serve", "UIError"]
@@ -213,10 +214,12 @@ class _App:
             if max_complexity is not None and c > max_complexity:
                 continue
             obj = r.get("objectives") or {}
+            wk = worst_regime_key(obj)
             pts.append({"id": r["id"], "complexity": c, "e2e_mean": e,
                         **{k: finite_or_none(obj.get(k)) for k in ("e2e_worst", "ttft_mean", "itl_mean", "step_mape")},
                         **{k: finite_or_none(obj.get(k)) for k in regimes},
                         "ranked_error": ranked_error(obj), "worst_regime": worst_regime(obj),
+                        "ranked_points": wk is not None and BY_NAME[wk].points,
                         "frontier": r["id"] in front_ids, "recommended": r["id"] == rec_id,
                         "duplicates": dups.get(r["id"], []), "duplicate_of": leader_of.get(r["id"]),
                         "operator": r.get("operator"), "generation": r.get("generation"), "run_id": r["run_id"]})
@@ -225,7 +228,7 @@ class _App:
                    "runs": {rid: [list(t) for t in s] for rid, s in sorted(progress_series(evals).items())}}
         return {"run": run or "", "max_complexity": max_complexity, "points": pts, "n_total": len(evals),
                 "n_unplottable": len(evals) - len(plottable), "recommended": rec_id,
-                "regimes": [[k, BY_NAME[k].label] for k in regimes], "ranked_label": label,
+                "regimes": [[k, BY_NAME[k].label, BY_NAME[k].points] for k in regimes], "ranked_label": label,
                 "complexity_range": [min(cs), max(cs)] if cs else None, "history": history}
 
     def _duplicates(self, a: Archive, front: list[int], rec_id: int | None) -> tuple[dict, dict]:
@@ -270,7 +273,7 @@ class _App:
         worst = worst_regime(obj)
         rec["recommended"] = best is not None and best["id"] == rec["id"]
         rec["regimes"] = [{"key": k, "label": BY_NAME[k].label, "value": finite_or_none(obj.get(k)),
-                           "worst": BY_NAME[k].label == worst} for k in REGIMES if k in obj]
+                           "worst": BY_NAME[k].label == worst, "points": BY_NAME[k].points} for k in REGIMES if k in obj]
         if (rec.get("evaluation") or {}).get("valid"):  # where it holds: the statement `show` prints
             try:
                 gt = self.ground_truth((run.get("config") or {}).get("data"))

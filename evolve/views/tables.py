@@ -14,7 +14,7 @@ from evaluator.units import constant_units as program_units
 from evolve.pareto import pareto_front
 from evaluator.objectives import FAILURE
 from evolve.views.holdout_table import starts_table
-from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, cache_cells, complexity_of, const_names, failure_cells,
+from evolve.views.format import (BASELINE_PREFIX, fmt_regime, FAILURE_COLUMNS, cache_cells, complexity_of, const_names, failure_cells,
                                  fmt_err, fmt_missing, fmt_ms, fmt_num, fmt_pts, fmt_rate, fmt_us, go_cap_status, row_key,
                                  rows_of)
 
@@ -215,7 +215,7 @@ def show_program(archive, program_id: int, console, baseline_rows=None, usable=N
                         title=head, expand=False))
     best = archive.best_transfer(rec["run_id"], usable=usable)
     if best is not None and best["id"] == rec["id"]:
-        regimes = ", ".join(f"{BY_NAME[k].label} {fmt_err(v)}" for k, v in (rec.get("objectives") or {}).items()
+        regimes = ", ".join(f"{BY_NAME[k].label} {fmt_regime(k, v)}" for k, v in (rec.get("objectives") or {}).items()
                             if k in REGIMES)
         console.print(f"[bold]★ recommended for run {rec['run_id']}[/bold]: closest to the run's best error "
                       f"in every held-out regime (its largest gap is least, at its worst fit start where the "

@@ -25,6 +25,11 @@ function pct(v) {
   if (!fin(v)) return "—";
   return v < 10 ? (100 * v).toPrecision(3) + "%" : v.toPrecision(3) + "×";
 }
+// a held-out regime's error: in points where it is a difference of two fractions (the overload
+// failures; the server says which: evaluator.objectives.Objective.points), else as pct
+function regime(v, points) {
+  return points && fin(v) ? (100 * v).toFixed(1) + " pts" : pct(v);
+}
 function rate(v) {  // a fraction in [0, 1], e.g. a cache hit rate
   return fin(v) ? (100 * v).toFixed(1) + "%" : "—";
 }
@@ -305,8 +310,8 @@ function tableColumns() {
           ["twins", "twins", (p) => (p.duplicates.length ? "+" + p.duplicates.length : ""), false,
            "behavioural duplicates collapsed into this row: every stored objective but complexity and every per-stage prediction within 0.1% relative"],
           ["complexity", "cplx", (p) => num(p.complexity), false, "operations + conditionals + constants"],
-          ...S.regimes.map(([k, lab]) => [k, lab, (p) => pct(p[k]), false, "held-out: " + lab]),
-          ...(S.regimes.length ? [["ranked_error", "worst regime", (p) => pct(p.ranked_error), false,
+          ...S.regimes.map(([k, lab, points]) => [k, lab, (p) => regime(p[k], points), false, "held-out: " + lab]),
+          ...(S.regimes.length ? [["ranked_error", "worst regime", (p) => regime(p.ranked_error, p.ranked_points), false,
                                   "the worst held-out regime: what the search ranks on"]] : []),
           ["e2e_mean", "E2E", (p) => pct(p.e2e_mean), false, "in-sample mean E2E error"],
           ["e2e_worst", "E2E worst", (p) => pct(p.e2e_worst), false, "in-sample worst stage E2E error"],
@@ -459,7 +464,7 @@ function regimesBox(rec) {
   return [h("h3", null, "Held-out error per regime (constants fitted without the held-out part)"),
           h("div", {class: "kpis regimes", id: "regimes"}, regs.map((r) => h("div", {class: "kpi" + (r.worst ? " worst" : ""),
             title: r.worst ? "the worst regime: what the run ranks this program on" : null},
-            h("div", {class: "k"}, r.label + (r.worst ? " · worst" : "")), h("div", {class: "v"}, pct(r.value)))))];
+            h("div", {class: "k"}, r.label + (r.worst ? " · worst" : "")), h("div", {class: "v"}, regime(r.value, r.points)))))];
 }
 
 // where the program holds: the coverage statement `evolve show` prints
