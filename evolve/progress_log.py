@@ -17,13 +17,13 @@ import threading
 import time
 
 from evaluator.objectives import BY_NAME, finite_or_none, regime_errors
-from evolve.views.format import MISSING, fmt_err, fmt_regime
+from evolve.views.format import MISSING, fmt_err, fmt_objective
 from evolve.views.history import ranked_error
 
 def best_error(members, holdout: bool) -> tuple[str, str]:
     """(label, text): the lowest error the run ranks on among the members, as printed. Held out:
     the best program's worst regime (evolve.views.history.ranked_error, as the report's and the
-    UI's "best so far"), named, in its unit (the overload failures in points: `fmt_regime`); the
+    UI's "best so far"), named, in its unit (the overload failures in points: `fmt_objective`); the
     in-sample mean E2E error when the run ranks in-sample only; MISSING when none is finite."""
     best, obj = None, {}
     for m in list(members):
@@ -37,7 +37,7 @@ def best_error(members, holdout: bool) -> tuple[str, str]:
         return "held-out (worst regime)", MISSING
     errs = regime_errors(obj)
     key = max(errs, key=errs.get)
-    return f"held-out (worst regime: {BY_NAME[key].label})", fmt_regime(key, best)
+    return f"held-out (worst regime: {BY_NAME[key].label})", fmt_objective(key, best)
 
 
 def progress_line(search, started: float) -> str:

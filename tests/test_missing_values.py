@@ -64,9 +64,9 @@ def test_formatters():
         assert fmt_err(v) == MISSING and fmt_num(v) == MISSING and fmt_missing(v, str) == MISSING
     assert fmt_err(0.123) == "12.3%" and fmt_num(3.0) == "3"
     # a held-out regime in its unit, in every view: the overload failures in points
-    from evolve.views.format import fmt_regime
-    assert fmt_regime("overload_fail", 0.265) == "26.5 pts" and fmt_regime("long_e2e", 0.265) == "26.5%"
-    assert fmt_regime("lomo_e2e", 12.0) == "12x" and fmt_regime("overload_fail", math.nan) == MISSING
+    from evolve.views.format import fmt_objective
+    assert fmt_objective("overload_fail", 0.265) == "26.5 pts" and fmt_objective("long_e2e", 0.265) == "26.5%"
+    assert fmt_objective("lomo_e2e", 12.0) == "12x" and fmt_objective("overload_fail", math.nan) == MISSING
     assert clean_json({"a": math.nan, "b": [math.inf, 1.0]}) == {"a": None, "b": [None, 1.0]}
 
 
@@ -255,6 +255,33 @@ def test_unscored_regimes_are_dashes_in_every_table_and_null_in_json(heldout_arc
         srv.shutdown()
         srv.server_close()
         thread.join(5)
+
+
+def test_the_overload_failures_are_in_points_in_every_view(tmp_path, capsys, gt):
+    """The overload regime is a difference of two failed fractions: `show`, the terminal frontier,
+    the report (frontier, regime cells, best so far) print it in points, never as a percentage."""
+    from dataclasses import replace
+
+    from evolve.cli import main
+    from evolve.views.report import report_html
+    a = Archive(tmp_path / "o.db")
+    run = a.start_run({}, seed=0, data_fingerprint="missing", budget=2)
+    e = _eval(0, nan_itl=False)
+    held = {"lowo_e2e": 0.04, "lomo_e2e": 0.09, "load_e2e": 0.05, "long_e2e": 0.087, "overload_fail": 0.265}
+    pid = a.add_candidate(run, SRC.format(k=0), operator="seed", generation=0,
+                          evaluation=replace(e, objectives={**e.objectives, **held}))
+    a.close()
+    main(["show", str(pid), "--archive", str(tmp_path / "o.db")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "overload_fail 26.5 pts" in out and "26.5%" not in out, out
+    main(["frontier", "--archive", str(tmp_path / "o.db")])
+    out = capsys.readouterr().out
+    assert "26.5 pts" in out and "26.5%" not in out, out
+    page = open(report_html(Archive(tmp_path / "o.db", readonly=True), tmp_path / "r.html", run=run, gt=gt),
+                encoding="utf-8").read()
+    text = re.sub(r"<[^>]+>", " ", re.sub(r"<(script|style)\b.*?</\1>", "", page, flags=re.S))
+    assert "26.5 pts" in text and "26.5%" not in text
+    assert "best error so far 26.5 pts" in " ".join(text.split())
 
 
 def test_progress_bar_never_cuts_a_field_on_a_narrow_terminal():

@@ -90,10 +90,11 @@ def fmt_pts(v) -> str:
     return MISSING if x is None else f"{x:.1f} pts"
 
 
-def fmt_regime(key: str, v) -> str:
-    """A held-out regime's error (a fraction) as every view prints it: in points where it is a
-    difference of two fractions (the overload failures: `Objective.points`), else as `fmt_err`."""
-    if not BY_NAME[key].points:
+def fmt_objective(key: str, v) -> str:
+    """An error objective (a fraction) as every view prints it: in points where it is a difference
+    of two fractions (the overload failures: `Objective.points`), else as `fmt_err`."""
+    o = BY_NAME.get(key)
+    if o is None or not o.points:
         return fmt_err(v)
     x = finite_or_none(v)
     return fmt_pts(None if x is None else 100.0 * x)

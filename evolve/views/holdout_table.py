@@ -13,7 +13,7 @@ from rich.table import Table
 
 from evaluator.holdout import KINDS, PREFIX, TITLE
 from evaluator.objectives import BY_NAME, REGIMES
-from evolve.views.format import fmt_err, fmt_regime
+from evolve.views.format import fmt_err, fmt_objective
 
 KIND_LABEL = {"workload": "LOWO", "model": "LOMO", "load": "high load", "long": "long decode"}
 OVERLOAD_LABEL = "overload"  # the failed-fraction error of the held-out overloaded stages
@@ -107,7 +107,7 @@ def starts_table(spread: Mapping[str, Mapping], n_starts: int) -> Table:
     for col in ("regime", "declared", "lowest", "highest", "starts scored"):
         t.add_column(col, justify="left" if col == "regime" else "right")
     for key, row in spread.items():
-        t.add_row(STARTS_LABEL.get(key, key), *(fmt_regime(key, row[c]) for c in ("declared", "low", "high")),
+        t.add_row(STARTS_LABEL.get(key, key), *(fmt_objective(key, row[c]) for c in ("declared", "low", "high")),
                   f"{row['n_valid']}/{n_starts}")
     return t
 
@@ -123,7 +123,7 @@ def starts_text(fit_starts: Mapping) -> str:
         lo, hi = row.get("low"), row.get("high")
         if lo is None or hi is None:
             continue
-        parts.append(f"{BY_NAME[k].label} {fmt_regime(k, lo)}" + ("" if abs(hi - lo) < 5e-4 else f" to {fmt_regime(k, hi)}"))
+        parts.append(f"{BY_NAME[k].label} {fmt_objective(k, lo)}" + ("" if abs(hi - lo) < 5e-4 else f" to {fmt_objective(k, hi)}"))
     n_valid = max((r.get("n_valid", 0) for r in sp.values()), default=0)
     return (f"fitted from {fit_starts.get('starts')} start points ({n_valid} scored), lowest to highest: "
             + ", ".join(parts))

@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from evaluator.objectives import BY_NAME, REGIMES, finite_or_none, has_heldout
 from evolve.pareto import pareto_front
-from evolve.views.format import complexity_of, fmt_regime, mean, objectives_of, pct, row_key, rows_of
+from evolve.views.format import complexity_of, fmt_objective, mean, objectives_of, pct, row_key, rows_of
 from evolve.views.history import HV_REF, progress_series, ranked_error_label  # noqa: F401 (re-exported)
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -349,7 +349,7 @@ def regime_figure(rec: Mapping) -> go.Figure | None:
         x=labels, y=ys, marker_color=["#d62728" if v is not None and v == worst else "#1f77b4" for v in vals],
         hovertemplate="%{x}: %{y:.3~%}<extra></extra>", name="held-out error"))
     # the values as a text trace above the bars (bar text made plotly.js log NaN transforms)
-    fig.add_trace(go.Scatter(x=labels, y=ys, mode="text", text=[fmt_regime(k, v) if v is not None else "not scored"
+    fig.add_trace(go.Scatter(x=labels, y=ys, mode="text", text=[fmt_objective(k, v) if v is not None else "not scored"
                                                                for k, v in zip(keys, vals)],
                              textposition="top center", hoverinfo="skip", name="values"))
     ins = finite_or_none(obj.get("e2e_mean"))

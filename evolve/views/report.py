@@ -20,10 +20,10 @@ from plotly.offline import get_plotlyjs
 from evaluator.coverage import coverage, coverage_lines
 from evaluator.served_shapes import usable_check
 from evaluator.objectives import BY_NAME, HELDOUT, ORDER, REGIMES, finite_or_none, has_heldout
-from evolve.views.format import (BASELINE_PREFIX, fmt_regime, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
+from evolve.views.format import (BASELINE_PREFIX, fmt_objective, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
                                  failure_cells, fmt_err, fmt_missing, fmt_num, go_cap_status, mean, objectives_of,
                                  rows_of)
-from evolve.views.history import front_hypervolume, ranked_error, worst_regime
+from evolve.views.history import front_hypervolume, ranked_error, worst_regime, worst_regime_key
 from evolve.views.plots import (pareto_figure, predicted_measured_figure, progress_figure, regime_figure,
                                 stage_errors_figure, ttft_itl_figure)
 from evolve.views.components_view import components_figure
@@ -78,7 +78,7 @@ def _table_html(rows: list[dict], chosen: int | None) -> str:
                  f'<span title="{html.escape(", ".join("#" + str(i) for i in twins))}">+{len(twins)}</span>'
                  if twins else "", html.escape(str(r.get("run") or "")),
                  fmt_num(r.get("generation")), html.escape(str(r.get("operator") or "")), fmt_num(r.get("complexity"))]
-        cells += [fmt_err(r.get(k)) for k in errs]
+        cells += [fmt_objective(k, r.get(k)) for k in errs]
         cells.append(html.escape(", ".join(r.get("components") or [])))
         h.append(f"<tr{cls}>" + "".join(f'<td class="{c}">{v}</td>' for v, (_, c) in zip(cells, cols)) + "</tr>")
     h.append("</tbody></table></div>")
@@ -159,7 +159,7 @@ def regime_cells(objectives: Mapping) -> list[tuple[str, str, bool]]:
     """(label, error, is the worst) per held-out regime the program was scored on, in
     `REGIMES` order, as `show` prints them."""
     worst = worst_regime(objectives)
-    return [(BY_NAME[k].label, fmt_regime(k, objectives.get(k)), BY_NAME[k].label == worst)
+    return [(BY_NAME[k].label, fmt_objective(k, objectives.get(k)), BY_NAME[k].label == worst)
             for k in REGIMES if k in objectives]
 
 
@@ -293,7 +293,9 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
         f'<td class="l">{time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"]))}</td></tr>' for r in runs)
     llm = archive.llm_stats(run)
     hv = front_hypervolume(valid)
-    best = min((e for e in (ranked_error(r.get("objectives")) for r in valid) if e is not None), default=None)
+    ranked = [(e, r) for r in valid if (e := ranked_error(r.get("objectives"))) is not None]
+    best, best_rec = min(ranked, key=lambda t: t[0], default=(None, None))
+    best_key = worst_regime_key((best_rec or {}).get("objectives")) or "e2e_mean"
     body = [f"<h1>{html.escape(title)}</h1>",
             f'<p class="muted">generated {time.strftime("%Y-%m-%d %H:%M:%S")} from {html.escape(str(archive.path))} · '
             f"{len(evals)} full evaluations ({len(valid)} valid) · frontier {len(front)} programs · "
@@ -313,7 +315,7 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     if baselines:
         body.append(_baseline_table(baselines))
     body.append("<h2>Search progress</h2>"
-                f'<p class="muted">best error so far {fmt_err(best)} (what the search ranks on: the worst held-out '
+                f'<p class="muted">best error so far {fmt_objective(best_key, best)} (what the search ranks on: the worst held-out '
                 f"regime, in-sample E2E for runs without held-out splits); hypervolume {hv:.3f}, the figure the run "
                 "summary prints.</p>" + _plot(progress_figure(evals), "plot-progress"))
     if components:

@@ -14,7 +14,7 @@ from evaluator.units import constant_units as program_units
 from evolve.pareto import pareto_front
 from evaluator.objectives import FAILURE
 from evolve.views.holdout_table import starts_table
-from evolve.views.format import (BASELINE_PREFIX, fmt_regime, FAILURE_COLUMNS, cache_cells, complexity_of, const_names, failure_cells,
+from evolve.views.format import (BASELINE_PREFIX, fmt_objective, FAILURE_COLUMNS, cache_cells, complexity_of, const_names, failure_cells,
                                  fmt_err, fmt_missing, fmt_ms, fmt_num, fmt_pts, fmt_rate, fmt_us, go_cap_status, row_key,
                                  rows_of)
 
@@ -160,7 +160,7 @@ def render_frontier(rows: Sequence[Mapping], console, title: str = "Pareto front
             (f"= #{r['duplicate_of']}" if r.get("duplicate_of") else "")
         t.add_row(("★ " if r.get("recommended") else "") + str(r["id"]), *([twins] if collapsed or listed else []),
                   fmt_num(r.get("complexity")),
-                  *(fmt_err(r.get(k)) for k in keys), fmt_num(r.get("generation")),
+                  *(fmt_objective(k, r.get(k)) for k in keys), fmt_num(r.get("generation")),
                   *([] if one_run else [str(r.get("run") or "")]), ", ".join(r.get("components") or []))
     console.print(t)
     rec = next((r for r in rows if r.get("recommended")), None)
@@ -215,7 +215,7 @@ def show_program(archive, program_id: int, console, baseline_rows=None, usable=N
                         title=head, expand=False))
     best = archive.best_transfer(rec["run_id"], usable=usable)
     if best is not None and best["id"] == rec["id"]:
-        regimes = ", ".join(f"{BY_NAME[k].label} {fmt_regime(k, v)}" for k, v in (rec.get("objectives") or {}).items()
+        regimes = ", ".join(f"{BY_NAME[k].label} {fmt_objective(k, v)}" for k, v in (rec.get("objectives") or {}).items()
                             if k in REGIMES)
         console.print(f"[bold]★ recommended for run {rec['run_id']}[/bold]: closest to the run's best error "
                       f"in every held-out regime (its largest gap is least, at its worst fit start where the "
@@ -244,7 +244,7 @@ def show_program(archive, program_id: int, console, baseline_rows=None, usable=N
         console.print(line)
     if ev:
         obj = ev.get("objectives") or {}
-        line = "  ".join(f"{k} {fmt_err(obj.get(k)) if k != 'complexity' else fmt_num(obj.get(k))}"
+        line = "  ".join(f"{k} {fmt_objective(k, obj.get(k)) if k != 'complexity' else fmt_num(obj.get(k))}"
                          for k in (*ERROR_KEYS, "complexity"))
         if FAILURE in obj:  # data with failed requests: mean error of the failed fraction
             x = finite_or_none(obj[FAILURE])
