@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from evaluator.holdout import request_context
+from evaluator.holdout import KIND_LABEL, MISS_ERR, MISS_PTS, misses, request_context
 from evaluator.objectives import BY_NAME, REGIMES, finite_or_none
 from evaluator.physics import DEFAULT_MAX_MODEL_LEN
 from evaluator.served_shapes import check_record, served_line
@@ -58,9 +58,26 @@ def coverage(gt, objectives: Mapping | None = None, record: Mapping | None = Non
             "ranges": {"request_context_tokens": _span(ctx), "rate_req_s": _span(rates),
                        "max_num_seqs": _span(limits["max_num_seqs"])},
             "regimes": regimes,
+            **({"misses": misses(held)} if (held := ((record or {}).get("evaluation") or {}).get("holdout")) else {}),
             "not_validated_for": gaps,
             **({"served_shapes": [r.to_json() for r in served]}
                if record is not None and (served := check_record(record, gt)) is not None else {})}
+
+
+def _misses_line(found: list[dict]) -> str:
+    """The held-out experiments and stages beyond the bars (`evaluator.holdout.misses`)."""
+    head = f"Held-out misses (beyond {100 * MISS_ERR:.0f}% or {MISS_PTS:g} points): "
+    if not found:
+        return head + "none"
+
+    def one(m):
+        where = f"{KIND_LABEL.get(m['kind'], m['kind'])} " + (m["split"] if "model" not in m else f"{m['model']} {m['workload']}")
+        if m["measure"] == "not scored":
+            return f"{where} not scored ({m['why']})"
+        if m["measure"] == "failed":
+            return f"{where} {100 * m['meas']:.1f}% of requests failed, {100 * m['pred']:.1f}% simulated"
+        return f"{where} {m['measure']} {100 * m['error']:.1f}% off"
+    return head + "; ".join(one(m) for m in found)
 
 
 def coverage_lines(cov: Mapping) -> list[str]:
@@ -79,5 +96,6 @@ def coverage_lines(cov: Mapping) -> list[str]:
             f"Seen: requests of {ctx[0]:,.0f}-{ctx[1]:,.0f} tokens (prompt + output), loads "
             f"{rate[0]:g}-{rate[1]:g} req/s" if ctx and rate else "Seen: —",
             f"Held-out error per regime: {regimes}",
+            *([_misses_line(cov["misses"])] if "misses" in cov else []),
             "Not validated for: " + "; ".join(cov["not_validated_for"])] \
         + ([served_line(cov["served_shapes"])] if cov.get("served_shapes") else [])

@@ -49,3 +49,39 @@ def test_the_go_header_carries_the_coverage():
                    coverage=coverage_lines(coverage(gt, REGIMES)))
     head = code.split("package ", 1)[0]
     assert "// Coverage:" in head and "//   Not validated for: models other than" in head
+
+
+def _row(model, workload, stage, e2e, itl=0.01, meas_fail=0.0, pred_fail=0.0):
+    return {"model": model, "workload": workload, "stage": stage, "e2e_err": e2e, "itl_err": itl,
+            "meas_fail": meas_fail, "pred_fail": pred_fail, "fail_err_pts": 100 * abs(pred_fail - meas_fail)}
+
+
+def test_coverage_names_the_held_out_misses_the_regime_means_hide():
+    """A held-out experiment beyond 10%, an overloaded stage off by more than 5 points and a split
+    that could not be scored are each named, though the regime means stay small; a program
+    without any says "none"; a record without held-out blocks has no such line."""
+    gt = load(None)
+    blocks = {
+        "workload": {"rows": [_row("a", "general", 0, 0.02), _row("a", "general", 1, 0.03)], "errors": {}},
+        # the mean of a model's LOMO is 6%, one of its experiments 15% off
+        "model": {"rows": [_row("b", "general", 0, 0.03), _row("b", "codegen", 0, 0.15), _row("b", "roleplay", 0, 0.0)],
+                  "errors": {"model:c": "floor broken"}},
+        # an overloaded long stage is ranked per output token (4%: no miss on latency) and its
+        # failed fraction is 30 points off; another within 5 points is no miss
+        "long": {"rows": [_row("b", "reasoning", 0, 0.5, itl=0.04, meas_fail=0.69, pred_fail=0.39),
+                          _row("a", "reasoning", 0, 0.5, itl=0.12, meas_fail=0.33, pred_fail=0.30)], "errors": {}},
+    }
+    cov = coverage(gt, {"e2e_mean": 0.03, **REGIMES}, {"evaluation": {"holdout": blocks}})
+    found = {(m["kind"], m.get("model"), m.get("workload"), m["measure"]) for m in cov["misses"]}
+    assert found == {("model", "b", "codegen", "E2E"), ("long", "a", "reasoning", "per-token"),
+                     ("overload", "b", "reasoning", "failed"), ("model", None, None, "not scored")}
+    json.dumps(cov, allow_nan=False)
+    line = next(ln for ln in coverage_lines(cov) if ln.startswith("Held-out misses"))
+    assert line.startswith("Held-out misses (beyond 10% or 5 points): ")
+    assert "LOMO b codegen E2E 15.0% off" in line and "long decode a reasoning per-token 12.0% off" in line
+    assert "overload b reasoning 69.0% of requests failed, 39.0% simulated" in line
+    assert "LOMO model:c not scored (floor broken)" in line and "LOWO" not in line
+    clean = {k: {"rows": [r for r in b["rows"] if r["workload"] == "general"], "errors": {}} for k, b in blocks.items()}
+    assert "Held-out misses (beyond 10% or 5 points): none" in coverage_lines(
+        coverage(gt, REGIMES, {"evaluation": {"holdout": clean}}))
+    assert not any(ln.startswith("Held-out misses") for ln in coverage_lines(coverage(gt, REGIMES)))

@@ -11,12 +11,11 @@ from collections.abc import Mapping
 
 from rich.table import Table
 
-from evaluator.holdout import KINDS, PREFIX, TITLE
+from evaluator.holdout import KIND_LABEL, KINDS, PREFIX, TITLE
 from evaluator.objectives import BY_NAME, REGIMES
 from evolve.views.format import fmt_err, fmt_objective
 
-KIND_LABEL = {"workload": "LOWO", "model": "LOMO", "load": "high load", "long": "long decode"}
-OVERLOAD_LABEL = "overload"  # the failed-fraction error of the held-out overloaded stages
+OVERLOAD_LABEL = KIND_LABEL["overload"]  # the failed-fraction error of the held-out overloaded stages
 
 
 def _get(rec, key: str):
