@@ -163,7 +163,7 @@ def _regimes_and_units(prog, objectives) -> dict:
 
 def cmd_evaluate(args) -> int:
     from evaluator.fit_starts import spread
-    from evaluator.holdout import KINDS
+    from evaluator.holdout import KINDS, misses
     from evaluator.program import ProgramError, parse_program
     from evolve.evaluate_file import EvaluateError, default_time_limit, evaluate_in_worker, regular_file_text
     from evolve.views.holdout_table import holdout_table, split_table, starts_table
@@ -182,9 +182,11 @@ def cmd_evaluate(args) -> int:
     except EvaluateError as e:
         sys.exit(f"error: {args.program}: {e}")
     starts = None if records is None else {"records": records, "spread": spread(records)}
+    # the held-out experiments and stages beyond the bars, which the regime means hide
+    missed = {"misses": misses(res.holdout)} if res.holdout else {}
     if args.json:
         out = res.to_json()
-        out.update(_regimes_and_units(prog, res.objectives))
+        out.update(_regimes_and_units(prog, res.objectives), **missed)
         if args.breakdown:
             out["breakdown"] = parts
         if starts is not None:
@@ -192,7 +194,8 @@ def cmd_evaluate(args) -> int:
         print(json.dumps(clean_json(out), indent=1, allow_nan=False))
     else:
         print(json.dumps(clean_json({"valid": res.valid, "error": res.error, "objectives": res.objectives,
-                                     **_regimes_and_units(prog, res.objectives), "seconds": res.seconds}),
+                                     **_regimes_and_units(prog, res.objectives), **missed,
+                                     "seconds": res.seconds}),
                          indent=1, allow_nan=False))
         if args.breakdown:
             render_breakdown(parts or [], _console())

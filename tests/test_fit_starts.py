@@ -59,6 +59,13 @@ def test_cli_evaluate_starts_strict_json_and_table(capsys, tmp_path):
     got = out["fit_starts"]
     assert len(got["records"]) == 2 and got["spread"]["lomo_e2e"]["n_valid"] == 2
     assert got["spread"]["lomo_e2e"]["declared"] == pytest.approx(out["objectives"]["lomo_e2e"])
+    # the held-out experiments beyond 10%, from the rows it prints (evaluator.holdout.misses)
+    by_exp = {}
+    for r in out["holdout"]["model"]["rows"]:
+        if r["e2e_err"] is not None:
+            by_exp.setdefault((r["model"], r["workload"]), []).append(r["e2e_err"])
+    beyond = {k for k, v in by_exp.items() if sum(v) / len(v) > 0.10}
+    assert {(m["model"], m["workload"]) for m in out["misses"] if m["kind"] == "model"} == beyond
     assert cli_main(["evaluate", str(f), "--holdout", "model", "--starts", "2"]) == 0
     assert "Fitted from 2 starts" in capsys.readouterr().out
     with pytest.raises(SystemExit):
