@@ -158,6 +158,23 @@ Again at 3a4806b (`--programs measured_per_layer,ten_constants --pool`, ../share
 experiments, 9 split jobs a full job), 2026-11-27 23:34, load 1.05 before, 1.24 after: one
 process 2.95 / 4.84 s CPU, screen 0.46 / 0.80 s, split jobs 2.52 / 4.35 s in all; the full job
 on the local pool of 2 workers 1.36-1.52 / 1.67-1.98 s wall (goal 0.5 s).
+
+Held-out fits warm-started from the in-sample fit (issue 31's lead), measured 2026-11-28 and
+not adopted. The in-sample constants were fitted on every experiment, the held-out part
+included, so a local fit started from them would carry that part into LOWO, high-load and
+long-decode scores: only LOMO can take such a start without a leak (the held-out model's
+constants never enter; the start is the median of the other models' in-sample constants).
+/tmp script, ../shared/data, LOMO's 4 splits, CPU seconds default -> warm start, E2E of the
+held-out model: ten_constants 1.58 -> 8.55 s (70b's split 0.19 -> 5.95 s; codellama 12.5 ->
+15.2%); linear_physics 0.90 -> 0.98 s; #772 0.64 -> 0.58 s; #1582 0.55 -> 0.57 s (llama-2-7b
+12.4 -> 25.8%); #703 2.13 -> 0.83 s; #1173 1.42 -> 1.11 s. No gain overall, and judgements
+move both ways.
+
+Where a typical hand-over's full job goes (#772, 1 constant; CPU seconds, one process, warm,
+2026-11-28): screen 0.43; LOWO 3 x 0.29-0.30 (12 replays each: 4 held out, 8 only for the
+fold's request overheads), LOMO 4 x 0.11-0.13 (4 replays), high load 0.24 (8), long decode
+0.42 (16); the fits 0.01-0.02 s each. 76 replays are ~90% of it; #703 (8 constants) adds
+0.12-0.21 s of fit per split.
 """
 from __future__ import annotations
 
