@@ -71,7 +71,8 @@ def _misses_line(found: list[dict]) -> str:
         return head + "none"
 
     def one(m):
-        where = f"{KIND_LABEL.get(m['kind'], m['kind'])} " + (m["split"] if "model" not in m else f"{m['model']} {m['workload']}")
+        where = KIND_LABEL.get(m["kind"], m["kind"]) + " " + (
+            m["split"] if "model" not in m else f"{m['model']} {m['workload']}")
         if m["measure"] == "not scored":
             return f"{where} not scored ({m['why']})"
         if m["measure"] == "failed":

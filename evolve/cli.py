@@ -740,7 +740,9 @@ def build_parser() -> argparse.ArgumentParser:
     def run_opts(sp):
         data_opts(sp)
         caps_opts(sp)
-        sp.add_argument("--budget", type=POSITIVE_INT, default=2000, help="candidate evaluations, the seed programs included (default 2000; every run evaluates all its seeds first)")
+        sp.add_argument("--budget", type=POSITIVE_INT, default=2000,
+                        help="candidate evaluations, the seed programs included (default 2000; every run "
+                             "evaluates all its seeds first)")
         sp.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
         sp.add_argument("--archive", default="archive.db", metavar="PATH")
         sp.add_argument("--workers", type=POSITIVE_INT, default=2, help="evaluation processes (default 2)")
