@@ -64,7 +64,7 @@ def coverage(gt, objectives: Mapping | None = None, record: Mapping | None = Non
                if record is not None and (served := check_record(record, gt)) is not None else {})}
 
 
-def _misses_line(found: list[dict]) -> str:
+def misses_line(found: list[dict]) -> str:
     """The held-out experiments and stages beyond the bars (`evaluator.holdout.misses`)."""
     head = f"Held-out misses (beyond {100 * MISS_ERR:.0f}% or {MISS_PTS:g} points): "
     if not found:
@@ -97,6 +97,6 @@ def coverage_lines(cov: Mapping) -> list[str]:
             f"Seen: requests of {ctx[0]:,.0f}-{ctx[1]:,.0f} tokens (prompt + output), loads "
             f"{rate[0]:g}-{rate[1]:g} req/s" if ctx and rate else "Seen: —",
             f"Held-out error per regime: {regimes}",
-            *([_misses_line(cov["misses"])] if "misses" in cov else []),
+            *([misses_line(cov["misses"])] if "misses" in cov else []),
             "Not validated for: " + "; ".join(cov["not_validated_for"])] \
         + ([served_line(cov["served_shapes"])] if cov.get("served_shapes") else [])

@@ -263,6 +263,7 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
     out["work"] = archive.work_counts(search.run_id)
     out["hypervolume"] = search.state.hv()
     fr = search.state.frontier
+    from evaluator.holdout import misses
     from evaluator.served_shapes import usable_check
     from evolve.handover import hand_over
     # held-out errors first, every constant pinned, physical on the shipped configs' shapes, then
@@ -276,6 +277,8 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
     out["best"] = {"id": best["id"], **best["objectives"]} if best else None
     fs = ((best or {}).get("evaluation") or {}).get("fit_starts")
     out["best_starts"] = fs if fs and fs.get("starts", 1) > 1 else None
+    held = ((best or {}).get("evaluation") or {}).get("holdout")
+    out["best_misses"] = misses(held) if held else None  # what its regime means hide
     out["best_step_mape"] = _best_step_mape(fr)
     out["llm_spend_text"] = search.spend.text() if cfg.llm else None
     return out
@@ -360,6 +363,9 @@ def cmd_run(args) -> int:
             from evolve.views.holdout_table import starts_text
             con.print(f"  {starts_text(out['best_starts'])}; chosen among the {HANDOVER_SHORTLIST} best on its "
                       f"worst start", markup=False)
+        if out.get("best_misses") is not None:
+            from evaluator.coverage import misses_line
+            con.print(f"  {misses_line(out['best_misses'])}", markup=False)
     return 0
 
 

@@ -112,6 +112,8 @@ assert "/4 evaluations" not in err.getvalue()
 # the summary's hand-over line gives the overload failures in points, as every other view does
 use = " ".join(out.getvalue().split()).split("use #", 1)[1].split("in-sample", 1)[0]
 assert re.search(r"overload failures [0-9]+[.][0-9] pts", use), use
+# and then what those means hide: the held-out misses of the program handed over
+assert "Held-out misses (beyond 10% or 5 points): " in out.getvalue(), out.getvalue()
 con = sqlite3.connect({str(tmp_path / "a.db")!r})
 assert con.execute("select count(*) from programs").fetchone()[0] >= 4
 # the run ended by fitting its shortlist again from 2 starts (in the workers) and kept them
