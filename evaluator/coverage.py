@@ -75,9 +75,10 @@ def misses_line(found: list[dict]) -> str:
             m["split"] if "model" not in m else f"{m['model']} {m['workload']}")
         if m["measure"] == "not scored":
             return f"{where} not scored ({m['why']})"
+        pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
         if m["measure"] == "failed":
-            return f"{where} {100 * m['meas']:.1f}% of requests failed, {100 * m['pred']:.1f}% simulated"
-        return f"{where} {m['measure']} {100 * m['error']:.1f}% off"
+            return f"{where} {pct(m['meas'])} of requests failed, {pct(m['pred'])} simulated"
+        return f"{where} {m['measure']} " + ("off without bound" if m["error"] is None else f"{pct(m['error'])} off")
     return head + "; ".join(one(m) for m in found)
 
 

@@ -297,23 +297,26 @@ def misses(blocks: dict) -> list[dict]:
     out = []
     for kind in KINDS:
         b = blocks.get(kind)
-        if not b:
+        if not isinstance(b, dict):
             continue
-        out += [{"kind": kind, "split": label, "measure": "not scored", "why": why}
-                for label, why in b["errors"].items()]
+        out += [{"kind": kind, "split": label, "measure": "not scored", "why": str(why)}
+                for label, why in (b.get("errors") or {}).items()]
         by_exp: dict[tuple, list] = {}
-        for r in b["rows"]:
-            by_exp.setdefault((r["model"], r["workload"]), []).append(r)
+        for r in b.get("rows") or []:  # rows stored by older versions may lack a name: skipped
+            if r.get("model") is not None and r.get("workload") is not None:
+                by_exp.setdefault((r["model"], r["workload"]), []).append(r)
         for (model, workload), rows in by_exp.items():
             errs = [x for x in (ranked_error(r, kind) for r in rows) if x is not None]
-            if errs and float(np.mean(errs)) > MISS_ERR:
+            mean = float(np.mean(errs)) if errs else 0.0
+            if not mean <= MISS_ERR:  # NaN and infinity too: a prediction that blew up (error null)
                 per_token = kind == "long" and any(overloaded(r) for r in rows)
                 out.append({"kind": kind, "model": model, "workload": workload,
-                            "measure": "per-token" if per_token else "E2E", "error": float(np.mean(errs))})
-    for r in overload_rows(blocks):
-        if r.get("fail_err_pts") is not None and r["fail_err_pts"] > MISS_PTS:
-            out.append({"kind": "overload", "model": r["model"], "workload": r["workload"], "measure": "failed",
-                        "meas": r["meas_fail"], "pred": r["pred_fail"], "error": r["fail_err_pts"] / 100.0})
+                            "measure": "per-token" if per_token else "E2E",
+                            "error": mean if math.isfinite(mean) else None})
+    for r in overload_rows({k: b for k, b in blocks.items() if isinstance(b, dict) and "rows" in b}):
+        if r.get("fail_err_pts") is not None and r["fail_err_pts"] > MISS_PTS and r.get("model") is not None:
+            out.append({"kind": "overload", "model": r["model"], "workload": r.get("workload"), "measure": "failed",
+                        "meas": r["meas_fail"], "pred": r.get("pred_fail"), "error": r["fail_err_pts"] / 100.0})
     return out
 
 

@@ -81,6 +81,13 @@ def test_coverage_names_the_held_out_misses_the_regime_means_hide():
     assert "LOMO b codegen E2E 15.0% off" in line and "long decode a reasoning per-token 12.0% off" in line
     assert "overload b reasoning 69.0% of requests failed, 39.0% simulated" in line
     assert "LOMO model:c not scored (floor broken)" in line and "LOWO" not in line
+    # a prediction that blew up is a miss with a null error (strict JSON); a row stored by an
+    # older version without its names is skipped, not a traceback
+    blown = {"load": {"rows": [_row("a", "general", 1, math.inf), {"e2e_err": 0.5}], "errors": {}}}
+    cov = coverage(gt, REGIMES, {"evaluation": {"holdout": blown}})
+    assert cov["misses"] == [{"kind": "load", "model": "a", "workload": "general", "measure": "E2E", "error": None}]
+    json.dumps(cov, allow_nan=False)
+    assert "high load a general E2E off without bound" in " ".join(coverage_lines(cov))
     clean = {k: {"rows": [r for r in b["rows"] if r["workload"] == "general"], "errors": {}} for k, b in blocks.items()}
     assert "Held-out misses (beyond 10% or 5 points): none" in coverage_lines(
         coverage(gt, REGIMES, {"evaluation": {"holdout": clean}}))
