@@ -24,9 +24,12 @@ def _span(values) -> list:
     return [vals[0], vals[-1]] if vals else []
 
 
-def coverage(gt, objectives: Mapping | None = None, record: Mapping | None = None) -> dict:
+def coverage(gt, objectives: Mapping | None = None, record: Mapping | None = None,
+             holdout: Mapping | None = None) -> dict:
     """Plain dict (strict-JSON ready): fitted_on, ranges, regimes, not_validated_for; with the
-    program's archive record (valid evaluation), served_shapes: one verdict per shipped config."""
+    program's archive record (valid evaluation), served_shapes: one verdict per shipped config;
+    with its held-out blocks (`holdout`, else the record's), misses (`evaluator.holdout.misses`)."""
+    held = holdout if holdout is not None else ((record or {}).get("evaluation") or {}).get("holdout")
     exps = list(gt.experiments)
     models = sorted({e.model for e in exps})
     tp = {m: sorted({e.tp for e in exps if e.model == m}) for m in models}
@@ -58,7 +61,7 @@ def coverage(gt, objectives: Mapping | None = None, record: Mapping | None = Non
             "ranges": {"request_context_tokens": _span(ctx), "rate_req_s": _span(rates),
                        "max_num_seqs": _span(limits["max_num_seqs"])},
             "regimes": regimes,
-            **({"misses": misses(held)} if (held := ((record or {}).get("evaluation") or {}).get("holdout")) else {}),
+            **({"misses": misses(held)} if held else {}),
             "not_validated_for": gaps,
             **({"served_shapes": [r.to_json() for r in served]}
                if record is not None and (served := check_record(record, gt)) is not None else {})}

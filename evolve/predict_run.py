@@ -116,7 +116,7 @@ def cmd_predict(args) -> int:
     except (PredictError, DataError) as e:
         _fail(str(e))
     # where the program holds, as `show` and the Go header say it: read before the table
-    res["coverage"] = coverage(gt, stored.objectives)
+    res["coverage"] = coverage(gt, stored.objectives, holdout=stored.holdout)
     if args.html:
         Path(args.html).write_text(predict_html(res))
     if args.json:

@@ -180,8 +180,21 @@ def test_archive_program_predicts_with_its_stored_constants(capsys, tmp_path, gt
     assert d["constants"]["values"] == [20000.0] and d["program"] == f"#{pid}"
     assert "codellama-34b" in d["coverage"]["fitted_on"]["models"]
     assert "not_validated_for" in d["coverage"]  # where it holds, as show and the Go header say
+    assert "misses" not in d["coverage"]  # no held-out blocks stored: nothing to say of them
     assert d["points"][0]["e2e"]["p50"] == pytest.approx(2.006, abs=1e-9)
     assert d["points"][0]["band"]["e2e"] == pytest.approx(0.05)  # in-sample error: the only one stored
+    # with held-out blocks stored, the misses they hold are said beside the coverage
+    row = {"model": "codellama-34b", "workload": "reasoning", "stage": 0, "e2e_err": 0.2, "itl_err": 0.02}
+    with Archive(path) as a:
+        held = a.add_program(run, parse_program(CONST.replace("20000.0", "20001.0")))
+        a.add_evaluation(held, Evaluation(valid=True, constants={"codellama-34b": [20000.0]},
+                                          overheads={"codellama-34b": OVH}, objectives={"e2e_mean": 0.05},
+                                          holdout={"model": {"rows": [row], "errors": {}}}))
+    rc, out, err = run_cli(capsys, str(held), "--archive", str(path), "--model", "codellama-34b", "--rate", "0.01",
+                           "--num-requests", "10", "--prompt-tokens", "500", "--output-tokens", "100", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["coverage"]["misses"] == [{"kind": "model", "model": "codellama-34b",
+                                                      "workload": "reasoning", "measure": "E2E", "error": 0.2}]
     # an unknown id is named first, before any complaint about the missing workload
     rc, out, err = run_cli(capsys, str(pid + 1000), "--archive", str(path))
     assert rc == 1 and f"no program {pid + 1000}" in err and len(err.strip().splitlines()) == 1
