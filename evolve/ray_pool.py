@@ -172,7 +172,7 @@ class RayPool(Executor):
                         # and the pool used to start one actor after another for ever
                         if isinstance(e, ray.exceptions.RayTaskError) or getattr(e, "actor_init_failed", False):
                             raise RayExecutorError(f"a Ray worker could not start: {_first_line(e)}") from None
-                        self._start_failed(i, f"with {_first_line(e)}")  # its process died: try again
+                        self._start_failed(i, f"ended: Ray says \"{_first_line(e)}\"")  # its process died: try again
                 continue
             if s.job is None and self.pending:
                 s.job = self.pending.pop(0)
