@@ -102,6 +102,16 @@ twins, 510 known programs redrawn; frontier 123, hypervolume 44.872: the search'
 Hands over #1173, the same from all 4 starts (LOWO 1.5%, LOMO 3.9%, high load 2.5%, long decode
 12.5%, overload 27.6 points). 3.0x the 10-minute goal.
 
+The README job at 6864a85 (2026-11-28 02:36-03:08, fresh worktree, nothing else running; load
+0.11 -> 2.02): 1919.6 s wall (the search loop 1824 s), 1.042 eval/s, peak PSS 955 MB (RSS 1237
+MB; driver 356, workers 297 / 294), CPU 3545 s (driver 71 s, sampler 37 s); the same search as
+75ed923's (427 full evaluations, 1,443 screens, 130 twins, 510 known programs redrawn; frontier
+123, hypervolume 44.872) and the same hand-over, #1173 (LOWO 1.5%, LOMO 3.9%, high load 2.5%,
+long decode 12.5%, overload 27.6 points). The summary now adds its held-out misses (LOMO
+codellama and 70b reasoning 26.4% / 13.8%, long decode codellama reasoning 21.3%, overload 70b
+33.3 -> 22.7% and mixtral 68.6 -> 0.0% failed). 3.2x the 10-minute goal; 7% slower than
+75ed923's run with the same work (this VM moves +-15% between days).
+
 The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
 own states was ~640 MB RSS once ready, one that adopts them ~340 MB. The archives of the
@@ -231,7 +241,7 @@ def main(argv=None) -> int:
            "pss_at_peak_mb": [round(at_peak.get(proc.pid, 0) / 2**20)] +
                              sorted((round(v / 2**20) for p, v in at_peak.items() if p != proc.pid), reverse=True),
            "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
-           "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "use #", "  fitted from"))]}
+           "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "use #", "  fitted from", "  Held-out misses"))]}
     if a.json:
         print(json.dumps(res, indent=1))
     else:
