@@ -17,7 +17,7 @@ from evaluator.objectives import Caps, finite_or_none, has_heldout, selection_lo
 from evolve import blis_cmds
 from evolve.config import HANDOVER_SHORTLIST, HANDOVER_STARTS
 from evolve.archive_check import ArchiveError, describe_db_error
-from evolve.views.format import BASELINE_PREFIX, MISSING, clean_json, fmt_missing, fmt_rate, fmt_objective
+from evolve.views.format import BASELINE_PREFIX, MISSING, clean_json, fmt_missing, fmt_objective, fmt_rate
 
 # Each command imports what it runs (numba, SciPy, pandas, Plotly, Ray, SQLAlchemy, the
 # evaluator, rich) when it runs: `evolve --help` and `evolve frontier` load none of the heavy
@@ -353,8 +353,8 @@ def cmd_run(args) -> int:
         held = ""
         if has_heldout(b):
             from evaluator.objectives import BY_NAME, REGIMES
-            held = "held-out: " + ", ".join(f"{BY_NAME[k].label} {fmt_objective(k, b[k])}" for k in REGIMES if k in b) \
-                + "; in-sample "
+            held = "held-out: " + ", ".join(f"{BY_NAME[k].label} {fmt_objective(k, b[k])}"
+                                            for k in REGIMES if k in b) + "; in-sample "
         con.print(f"use #{b['id']} (closest to the best error of every held-out regime): "
                   f"{held}E2E {_pct(b['e2e_mean'])} "
                   f"(worst {_pct(b['e2e_worst'])}), TTFT {_pct(b['ttft_mean'])}, ITL {_pct(b['itl_mean'])}, "

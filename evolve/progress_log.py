@@ -16,9 +16,9 @@ import sys
 import threading
 import time
 
-from evaluator.objectives import BY_NAME, finite_or_none, regime_errors
+from evaluator.objectives import BY_NAME, finite_or_none
 from evolve.views.format import MISSING, fmt_err, fmt_objective
-from evolve.views.history import ranked_error
+from evolve.views.history import ranked_error, worst_regime_key
 
 def best_error(members, holdout: bool) -> tuple[str, str]:
     """(label, text): the lowest error the run ranks on among the members, as printed. Held out:
@@ -35,8 +35,7 @@ def best_error(members, holdout: bool) -> tuple[str, str]:
         return "E2E", fmt_err(best)
     if best is None:
         return "held-out (worst regime)", MISSING
-    errs = regime_errors(obj)
-    key = max(errs, key=errs.get)
+    key = worst_regime_key(obj)
     return f"held-out (worst regime: {BY_NAME[key].label})", fmt_objective(key, best)
 
 

@@ -208,10 +208,11 @@ class Search:
         self._pending: dict[tuple[str, str], Evaluation] = {}
         self._phase_file = os.environ.get("STEPEVOLVE_PHASE_FILE")  # tests: where the driver is
 
-    @property
+    @functools.cached_property
     def planned(self) -> int:
         """Evaluations this run makes at most: its budget, or its seed programs where they are
-        more (every run starts by evaluating them all; `evolve run` says so)."""
+        more (every run starts by evaluating them all; `evolve run` says so). Read once: the
+        progress line asks every 30 s, and the seeds are files."""
         return max(self.cfg.budget, len(seed_sources()))
 
     # -------------------------------------------------------------- entry points

@@ -122,7 +122,8 @@ def starts_text(fit_starts: Mapping) -> str:
         lo, hi = row.get("low"), row.get("high")
         if lo is None or hi is None:
             continue
-        parts.append(f"{BY_NAME[k].label} {fmt_objective(k, lo)}" + ("" if abs(hi - lo) < 5e-4 else f" to {fmt_objective(k, hi)}"))
+        parts.append(f"{BY_NAME[k].label} {fmt_objective(k, lo)}"
+                     + ("" if abs(hi - lo) < 5e-4 else f" to {fmt_objective(k, hi)}"))
     n_valid = max((r.get("n_valid", 0) for r in sp.values()), default=0)
     return (f"fitted from {fit_starts.get('starts')} start points ({n_valid} scored), lowest to highest: "
             + ", ".join(parts))

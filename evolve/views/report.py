@@ -20,9 +20,9 @@ from plotly.offline import get_plotlyjs
 from evaluator.coverage import coverage, coverage_lines
 from evaluator.served_shapes import usable_check
 from evaluator.objectives import BY_NAME, HELDOUT, ORDER, REGIMES, finite_or_none, has_heldout
-from evolve.views.format import (BASELINE_PREFIX, fmt_objective, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
-                                 failure_cells, fmt_err, fmt_missing, fmt_num, go_cap_status, mean, objectives_of,
-                                 rows_of)
+from evolve.views.format import (BASELINE_PREFIX, FAILURE_COLUMNS, baselines_map, cache_cells, const_names,
+                                 failure_cells, fmt_err, fmt_missing, fmt_num, fmt_objective, go_cap_status, mean,
+                                 objectives_of, rows_of)
 from evolve.views.history import front_hypervolume, ranked_error, worst_regime, worst_regime_key
 from evolve.views.plots import (pareto_figure, predicted_measured_figure, progress_figure, regime_figure,
                                 stage_errors_figure, ttft_itl_figure)
@@ -315,9 +315,9 @@ def report_html(archive, out_path, run: str | None = None, program_id: int | Non
     if baselines:
         body.append(_baseline_table(baselines))
     body.append("<h2>Search progress</h2>"
-                f'<p class="muted">best error so far {fmt_objective(best_key, best)} (what the search ranks on: the worst held-out '
-                f"regime, in-sample E2E for runs without held-out splits); hypervolume {hv:.3f}, the figure the run "
-                "summary prints.</p>" + _plot(progress_figure(evals), "plot-progress"))
+                f'<p class="muted">best error so far {fmt_objective(best_key, best)} (what the search ranks on: '
+                f"the worst held-out regime, in-sample E2E for runs without held-out splits); hypervolume {hv:.3f}, "
+                "the figure the run summary prints.</p>" + _plot(progress_figure(evals), "plot-progress"))
     if components:
         body.append(_components_html(components))
     if chosen:

@@ -16,8 +16,9 @@ GET /api/points?run=&max_complexity=   {"run", "max_complexity", "points": [poin
                                        "history": {"ref", "label", "runs": {run: [[i, best, hv]...]}}}
                                        point = {id, complexity, e2e_mean, e2e_worst, ttft_mean,
                                        itl_mean, step_mape, the held-out regimes, ranked_error,
-                                       ranked_points (the worst regime is in points), frontier, recommended, duplicates, duplicate_of, operator,
-                                       generation, run_id}; best and hv: evolve.views.history
+                                       ranked_points (the worst regime is in points), frontier,
+                                       recommended, duplicates, duplicate_of, operator, generation,
+                                       run_id}; best and hv: evolve.views.history
 GET /api/program/<id>                  the archive record (program + full evaluation) plus
                                        "const_names", "go_cap" (None = fits the Go cap),
                                        "recommended" (bool), "regimes" [{key, label, value, worst, points}],
@@ -218,7 +219,7 @@ class _App:
             pts.append({"id": r["id"], "complexity": c, "e2e_mean": e,
                         **{k: finite_or_none(obj.get(k)) for k in ("e2e_worst", "ttft_mean", "itl_mean", "step_mape")},
                         **{k: finite_or_none(obj.get(k)) for k in regimes},
-                        "ranked_error": ranked_error(obj), "worst_regime": worst_regime(obj),
+                        "ranked_error": ranked_error(obj), "worst_regime": None if wk is None else BY_NAME[wk].label,
                         "ranked_points": wk is not None and BY_NAME[wk].points,
                         "frontier": r["id"] in front_ids, "recommended": r["id"] == rec_id,
                         "duplicates": dups.get(r["id"], []), "duplicate_of": leader_of.get(r["id"]),
@@ -273,7 +274,8 @@ class _App:
         worst = worst_regime(obj)
         rec["recommended"] = best is not None and best["id"] == rec["id"]
         rec["regimes"] = [{"key": k, "label": BY_NAME[k].label, "value": finite_or_none(obj.get(k)),
-                           "worst": BY_NAME[k].label == worst, "points": BY_NAME[k].points} for k in REGIMES if k in obj]
+                           "worst": BY_NAME[k].label == worst, "points": BY_NAME[k].points}
+                          for k in REGIMES if k in obj]
         if (rec.get("evaluation") or {}).get("valid"):  # where it holds: the statement `show` prints
             try:
                 gt = self.ground_truth((run.get("config") or {}).get("data"))
