@@ -76,6 +76,18 @@ def nan_for_null(objectives: Mapping) -> dict:
     return {k: math.nan if v is None else v for k, v in objectives.items()}
 
 
+def unpinned(identifiability: Mapping | None) -> dict[str, list[str]]:
+    """Per fitting group, the constants the data cannot pin down (`evaluator.identify`, as the
+    judge stores it in `Evaluation.identifiability`); empty when every one is pinned or nothing
+    was checked. Such a constant is held by the fit's faint prior, not by data: a defect."""
+    out = {}
+    for group, g in (identifiability or {}).items():
+        names = (g or {}).get("unpinned") if isinstance(g, Mapping) else None
+        if names:
+            out[str(group)] = [str(n) for n in names]
+    return out
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """One candidate scored: objectives (keys of `evaluator.objectives.ORDER`), the rows they

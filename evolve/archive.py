@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # evaluator.program (numba) is imported where a program is parsed (`evolve frontier` never does)
     from evaluator.program import Program
 from evaluator.records import Evaluation, nan_for_null, strict_json
+from evaluator.records import unpinned as unpinned_constants  # the hand-over's and the cascade's rule
 from evolve.archive_check import ArchiveError, check_archive_file, describe_db_error, readonly_connect
 from evolve.pareto import pareto_front
 
@@ -537,15 +538,21 @@ class Archive:
     def work_counts(self, run_id: str) -> dict[str, int]:
         """How the run's counted proposals were spent: `full` evaluations, `screen`s that did
         not earn one, and `twins` (screens that earned one but behave like an earlier member,
-        so its full evaluation stands for theirs)."""
+        so its full evaluation stands for theirs); `unpinned`: of the screens, the valid ones with
+        a constant the data cannot pin (what `RunConfig.pinned_only` keeps from the full one)."""
         q = (select(EvaluationRow.stage, EvaluationRow.twin_of.is_not(None), func.count())
              .join(ProgramRow, ProgramRow.id == EvaluationRow.program_id)
              .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True))
              .group_by(EvaluationRow.stage, EvaluationRow.twin_of.is_not(None)))
-        out = {"full": 0, "screen": 0, "twins": 0}
+        u = (select(EvaluationRow.identifiability)
+             .join(ProgramRow, ProgramRow.id == EvaluationRow.program_id)
+             .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True), EvaluationRow.valid.is_(True),
+                    EvaluationRow.stage == "screen", EvaluationRow.twin_of.is_(None)))
+        out = {"full": 0, "screen": 0, "twins": 0, "unpinned": 0}
         with self._read() as s, s.begin():
             for stage, is_twin, n in s.execute(q):
                 out["twins" if is_twin else stage] = out.get("twins" if is_twin else stage, 0) + int(n)
+            out["unpinned"] = sum(bool(unpinned_constants(ident)) for ident in s.scalars(u))
         return out
 
     def runs(self) -> list[dict]:
@@ -822,7 +829,7 @@ class Archive:
             q = q.where(~ProgramRow.run_id.startswith(skip_prefix, autoescape=True))
         with self._read() as s, s.begin():
             rows = s.execute(q).all()
-        unpinned = [any((g or {}).get("unpinned") for g in (ident or {}).values()) for _, _, _, ident in rows]
+        unpinned = [bool(unpinned_constants(ident)) for _, _, _, ident in rows]
         losses = [selection_loss(obj or {}) for _, _, obj, _ in rows]
         ok = [i for i, loss in enumerate(losses) if math.isfinite(loss)]
         pool = [i for i in ok if not unpinned[i]] or ok  # the ideal point of the programs it chooses from

@@ -344,7 +344,8 @@ def cmd_run(args) -> int:
               f"hypervolume {out['hypervolume']:.3f}, killed {out['killed']}, "
               f"known programs redrawn {out.get('skipped_duplicates', 0)}")
     w = out.get("work") or {}
-    con.print(f"work: {w.get('full', 0)} full evaluations, {w.get('screen', 0)} screens only, "
+    con.print(f"work: {w.get('full', 0)} full evaluations, {w.get('screen', 0)} screens only "
+              f"({w.get('unpinned', 0)} of them with a constant the data cannot pin), "
               f"{w.get('twins', 0)} twins (screened, then skipped: they behave like an earlier program)")
     if out.get("llm_spend_text"):
         con.print(f"LLM spend: {out['llm_spend_text']}")
@@ -375,7 +376,8 @@ def _resume_changes(args, stored: dict) -> list[str]:
     given = config_from_args(args)
     default = config_from_args(build_parser().parse_args(["run"]))
     kept = RunConfig.from_json(stored)
-    names = {"holdout": "--no-holdout", "timeout_s": "--timeout", "caps": "--max-ops/--max-cond/--max-consts"}
+    names = {"holdout": "--no-holdout", "timeout_s": "--timeout", "caps": "--max-ops/--max-cond/--max-consts",
+             "pinned_only": "--promote-unpinned"}
     return [names.get(f, "--" + f.replace("_", "-")) for f in RunConfig.__dataclass_fields__
             if f not in RESUMABLE + SPEND_CAPS and getattr(given, f) != getattr(default, f)
             and getattr(given, f) != getattr(kept, f)]
@@ -763,6 +765,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "default: start a local one with --workers CPUs")
         sp.add_argument("--no-holdout", action="store_true",
                         help="rank on the in-sample (time split) errors only: no held-out splits, ~4x cheaper")
+        sp.add_argument("--promote-unpinned", action="store_true",
+                        help="also give the full evaluation to screened programs with a constant the data "
+                             "cannot pin down (default: not; the hand-over never takes them)")
         sp.add_argument("--handover-starts", type=POSITIVE_INT, default=HANDOVER_STARTS, metavar="N",
                         help=f"fit the {HANDOVER_SHORTLIST} best programs again from N start points each at the end and "
                              f"hand over the one whose worst start holds best (default {HANDOVER_STARTS}; 1: "

@@ -43,6 +43,8 @@ class RunConfig:
     llm_timeout: float = 120.0  # total deadline of one LLM call in seconds (connect, first byte, whole reply)
     # fit starts the hand-over weighs its shortlist on (evolve.handover); 1: the declared start only
     handover_starts: int = HANDOVER_STARTS
+    # the cascade promotes only screens whose every constant the data pins (evolve.search)
+    pinned_only: bool = True
 
     def llm_prices_per_token(self) -> tuple[float | None, float | None]:
         """The given prices in USD per token (None where not given)."""
@@ -61,6 +63,7 @@ class RunConfig:
         kw = {k: v for k, v in d.items() if k in names}
         kw.setdefault("holdout", False)  # runs stored before held-out objectives ranked in-sample
         kw.setdefault("handover_starts", 1)  # runs stored before handed over on the declared start
+        kw.setdefault("pinned_only", False)  # runs stored before promoted unpinned screens too
         caps = kw.get("caps")
         if isinstance(caps, Mapping):
             kw["caps"] = Caps(**caps)
@@ -88,6 +91,7 @@ def config_from_args(args, stored: Mapping | None = None, seed: int | None = Non
         "llm_price_in": getattr(args, "llm_price_in", None), "llm_price_out": getattr(args, "llm_price_out", None),
         "llm_timeout": getattr(args, "llm_timeout", None),
         "handover_starts": getattr(args, "handover_starts", HANDOVER_STARTS),
+        "pinned_only": not getattr(args, "promote_unpinned", False),
     }
     if stored is None:
         if from_flags["llm_timeout"] is None:

@@ -239,3 +239,43 @@ def test_screen_gate_against_a_heldout_frontier():
                                              and k != "load_e2e"}, 0))
     assert in_sample_frontier.would_enter({k: v for k, v in same_cell_worse.items()
                                            if k not in ("lowo_e2e", "lomo_e2e", "load_e2e")}, elite)
+
+
+# C_A and C_B trade off exactly (A + B is all the data can see); the second writes it another way
+UNPINNED = ("C_A = 1.0\nC_B = 1.0\n\n\ndef predict_step_time(t_step_measured):\n"
+            "    return C_A * t_step_measured + C_B * t_step_measured\n")
+UNPINNED_TOO = ("C_A = 1.0\nC_B = 1.0\n\n\ndef predict_step_time(t_step_measured):\n"
+                "    return C_A * t_step_measured + C_B * (t_step_measured + t_step_measured)\n")
+
+
+def test_a_screen_whose_constants_the_data_cannot_pin_is_not_promoted(tmp_path):
+    """The cascade keeps the full evaluation from a screened program with a constant the data
+    cannot pin (the hand-over never takes one), though it would earn it otherwise; the summary's
+    work counts say so. `--promote-unpinned` (pinned_only=False) promotes it."""
+    from dataclasses import replace
+
+    from evaluator.program import parse_program
+    from evaluator.records import Evaluation, unpinned
+    from evolve.search import Candidate
+    arch = Archive(tmp_path / "p.db")
+    s = Search(RunConfig(budget=20, seed=1, workers=1, generation_size=4, holdout=False), arch)
+    try:
+        run_id = s.start()
+        s.generation = 1
+        s._evaluate_batch([Candidate(parse_program(UNPINNED), (), "test")], screen=True)
+        got = {r["source"].strip(): r for r in arch.programs(run_id)}[UNPINNED.strip()]
+        ev = arch.evaluation(got["id"])
+        assert isinstance(ev, Evaluation) and ev.valid and got["generation"] == 1
+        assert unpinned(ev.identifiability) == {m: ["C_A", "C_B"] for m in ev.identifiability}
+        assert arch.program(got["id"])["evaluation"]["stage"] == "screen"
+        assert s.state.would_enter(ev.objectives, parse_program(UNPINNED))  # held back for its constants alone
+        assert arch.work_counts(run_id)["unpinned"] == 1
+        s.cfg = replace(s.cfg, pinned_only=False)
+        s.generation = 2
+        s._evaluate_batch([Candidate(parse_program(UNPINNED_TOO), (), "test")], screen=True)
+        too = {r["source"].strip(): r for r in arch.programs(run_id)}[UNPINNED_TOO.strip()]
+        assert arch.program(too["id"])["evaluation"]["stage"] == "full"
+    finally:
+        s.close()
+    assert RunConfig.from_json({"budget": 5}).pinned_only is False  # runs stored before the rule
+    assert RunConfig().pinned_only is True
