@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -41,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluator.objectives import (IN_SAMPLE_ORDER, has_heldout, in_sample_loss, objective_vector,  # noqa: E402
                                   ranked, selection_loss)
+from evaluator.records import unpinned  # noqa: E402
 from evolve.search import GATE_ORDER, Member, SearchState, _dominates  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
 from evolve.pareto import cell_key  # noqa: E402
@@ -96,13 +98,25 @@ RACES = {
 def rules():
     """name -> rule(state before the candidate, its in-sample objectives, its record)."""
     return {
-        "today (would_enter: cell or undominated)": lambda st, o, r: st.would_enter(o, r),
+        "before 2026-11-28 (would_enter: cell or undominated)": lambda st, o, r: st.would_enter(o, r),
+        "today (would_enter, every constant pinned)": lambda st, o, r: st.would_enter(o, r) and not r["unpinned"],
         "undominated only": lambda st, o, r: _undominated(st, o),
         "improves its cell only": lambda st, o, r: _cell_improves(st, o, r),
-        "today and within 50% of the front": lambda st, o, r: st.would_enter(o, r) and _near_front(st, o, 0.5),
-        "today and within 20% of the front": lambda st, o, r: st.would_enter(o, r) and _near_front(st, o, 0.2),
-        "today and within 5% of the front": lambda st, o, r: st.would_enter(o, r) and _near_front(st, o, 0.05),
+        "would_enter and within 50% of the front": lambda st, o, r: st.would_enter(o, r) and _near_front(st, o, 0.5),
+        "would_enter and within 20% of the front": lambda st, o, r: st.would_enter(o, r) and _near_front(st, o, 0.2),
+        "would_enter and within 5% of the front": lambda st, o, r: st.would_enter(o, r) and _near_front(st, o, 0.05),
     }
+
+
+def _identifiability(path) -> dict:
+    """program id -> its evaluation's identifiability (what the screen and the full evaluation
+    share), read straight from the archive file."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {pid: json.loads(v) if v else {} for pid, v in
+                con.execute("SELECT program_id, identifiability FROM evaluations")}
+    finally:
+        con.close()
 
 
 def _replay_rule(recs, admits, frontier: set, rec_id) -> dict:
@@ -132,6 +146,9 @@ def _replay_rule(recs, admits, frontier: set, rec_id) -> dict:
 def replay(archive: Archive, run_id: str) -> dict:
     """Each rule's full evaluations and final-frontier programs refused, replayed in order."""
     recs = [r for r in archive.evaluations(run_id, stage=None) if r.get("objectives")]
+    ident = _identifiability(archive.path)
+    for r in recs:
+        r["unpinned"] = bool(unpinned(ident.get(r["id"])))
     frontier = set(archive.frontier_ids(run_id))
     best = archive.best_transfer(run_id)
     rec_id = best["id"] if best else None
@@ -163,16 +180,16 @@ def main(argv=None) -> int:
         return 0
     print(f"run {out['run']}: {out['candidates']} candidates, {out['full_evaluations_recorded']} full evaluations, "
           f"final frontier {out['frontier']}, recommended #{out['recommended']}")
-    print(f"{'rule':45s} {'full evals':>10s} {'frontier lost':>14s} {'recommended lost':>17s}")
+    print(f"{'rule':53s} {'full evals':>10s} {'frontier lost':>14s} {'recommended lost':>17s}")
     for r in out["rules"]:
-        print(f"{r['rule']:45s} {r['full_evaluations']:10d} {r['frontier_lost']:14d} {str(r['recommended_lost']):>17s}")
+        print(f"{r['rule']:53s} {r['full_evaluations']:10d} {r['frontier_lost']:14d} {str(r['recommended_lost']):>17s}")
     b = out["rules"][0]["bought"]
-    print(f"what today's full evaluations bought: {b['improved_cell']} improved their cell, {b['entered_frontier']} "
+    print(f"what the recorded full evaluations bought: {b['improved_cell']} improved their cell, {b['entered_frontier']} "
           f"entered the frontier only, {b['neither']} neither")
-    print(f"{'race (held-out splits first, stop when hopeless)':45s} {'stopped':>10s} {'CPU saved':>10s} "
+    print(f"{'race (held-out splits first, stop when hopeless)':53s} {'stopped':>10s} {'CPU saved':>10s} "
           f"{'frontier lost':>14s} {'recommended lost':>17s}")
     for r in out["races"]:
-        print(f"{r['rule']:45s} {r['stopped']:10d} {100 * r['cpu_saved_share']:9.0f}% {r['frontier_lost']:14d} "
+        print(f"{r['rule']:53s} {r['stopped']:10d} {100 * r['cpu_saved_share']:9.0f}% {r['frontier_lost']:14d} "
               f"{str(r['recommended_lost']):>17s}")
     return 0
 

@@ -28,7 +28,7 @@ from evaluator.components import MEASURED_NAMES, SPREAD_NAMES
 from evaluator.fingerprint import fingerprint
 from evaluator.holdout import KINDS, Split, holdout_scores
 from evaluator.judge_data import JudgeData
-from evaluator.records import Evaluation
+from evaluator.records import Evaluation, unpinned, unpinned_reason
 from evaluator.replay import replay
 
 __all__ = ["Evaluation", "Evaluator"]
@@ -40,7 +40,8 @@ class Evaluator(JudgeData):
 
     def evaluate(self, program, constants: dict[str, list[float]] | None = None,
                  overheads: dict[str, dict] | None = None, fit: bool = True, refine: bool = True,
-                 start: dict[str, list[float]] | None = None, heldout: bool | None = None) -> Evaluation:
+                 start: dict[str, list[float]] | None = None, heldout: bool | None = None,
+                 pinned: bool = False) -> Evaluation:
         """Fit (surrogate, then optionally refine on the candidate's own simulation) and score.
 
         `heldout`: also score the held-out splits, every kind (True) or the kinds named (a
@@ -52,6 +53,10 @@ class Evaluator(JudgeData):
 
         `start`: constants of an earlier surrogate fit of this program (the cascade's screen),
         used instead of repeating that fit; the result is the same whichever worker runs it.
+
+        `pinned`: refuse, right after the fit and before any simulation, a program with a
+        constant the data cannot pin (`Evaluation.identifiability` names it; the search's
+        screens under `RunConfig.pinned_only`: such a program is never handed over).
         """
         t0 = time.perf_counter()
         heldout = self.holdout_objectives if heldout is None else heldout
@@ -66,6 +71,11 @@ class Evaluator(JudgeData):
         why = fit_program.unphysical(self, f, consts, program.params)
         if why is not None:
             return scoring.invalid(why, t0, consts)
+        ident = None
+        if pinned and fit and constants is None and self.diagnostics and not refine:
+            ident = fit_program.identifiability(self, program, consts, None)
+            if unpinned(ident):
+                return replace(scoring.invalid(unpinned_reason(ident), t0, consts), identifiability=ident)
         measured = not MEASURED_NAMES.isdisjoint(program.params)
         spread = not SPREAD_NAMES.isdisjoint(program.params)
         run = replay(self, f, consts, record=refine, measured=measured, spread=spread)
@@ -79,8 +89,8 @@ class Evaluator(JudgeData):
         if ev.valid and self.split is None:  # a split view's would be dropped by join_splits
             ev = replace(ev, fingerprint=fingerprint(self, f, surrogate))
         if ev.valid and fit and constants is None and self.diagnostics:
-            ev = replace(ev, identifiability=fit_program.identifiability(self, program, consts,
-                                                                         run if refine else None))
+            ev = replace(ev, identifiability=ident if ident is not None else
+                         fit_program.identifiability(self, program, consts, run if refine else None))
         if kinds and ev.valid:
             ev = holdout_scores(self, program, ev, fit=fit and constants is None, overheads=overheads, kinds=kinds)
         return replace(ev, sim_steps=n_steps, seconds=time.perf_counter() - t0,

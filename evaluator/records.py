@@ -88,6 +88,16 @@ def unpinned(identifiability: Mapping | None) -> dict[str, list[str]]:
     return out
 
 
+def unpinned_reason(identifiability: Mapping | None) -> str:
+    """One line naming the unpinned constants, each with the fitting groups it is unpinned on."""
+    groups: dict[str, list[str]] = {}
+    for group, names in unpinned(identifiability).items():
+        for n in names:
+            groups.setdefault(n, []).append(group)
+    return ("constants the data cannot pin (held by the fit's prior, not by data): "
+            + "; ".join(f"{n} ({', '.join(g)})" for n, g in groups.items()))
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """One candidate scored: objectives (keys of `evaluator.objectives.ORDER`), the rows they

@@ -538,15 +538,15 @@ class Archive:
     def work_counts(self, run_id: str) -> dict[str, int]:
         """How the run's counted proposals were spent: `full` evaluations, `screen`s that did
         not earn one, and `twins` (screens that earned one but behave like an earlier member,
-        so its full evaluation stands for theirs); `unpinned`: of the screens, the valid ones with
-        a constant the data cannot pin (what `RunConfig.pinned_only` keeps from the full one)."""
+        so its full evaluation stands for theirs); `unpinned`: of the screens, those with a
+        constant the data cannot pin (under `RunConfig.pinned_only` refused after their fit)."""
         q = (select(EvaluationRow.stage, EvaluationRow.twin_of.is_not(None), func.count())
              .join(ProgramRow, ProgramRow.id == EvaluationRow.program_id)
              .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True))
              .group_by(EvaluationRow.stage, EvaluationRow.twin_of.is_not(None)))
         u = (select(EvaluationRow.identifiability)
              .join(ProgramRow, ProgramRow.id == EvaluationRow.program_id)
-             .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True), EvaluationRow.valid.is_(True),
+             .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True),
                     EvaluationRow.stage == "screen", EvaluationRow.twin_of.is_(None)))
         out = {"full": 0, "screen": 0, "twins": 0, "unpinned": 0}
         with self._read() as s, s.begin():

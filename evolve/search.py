@@ -546,7 +546,7 @@ class Search:
                 consumed = True
         for i, c in fresh:
             if i not in first:
-                pool.submit(Job(i, c.program.source, first_kind, batch=b))
+                pool.submit(Job(i, c.program.source, first_kind, batch=b, pinned=screen and self.cfg.pinned_only))
                 self._phase(first_kind, i)
         kept = False  # whether results were kept in the archive's pending table
         hashes = dict(todo)

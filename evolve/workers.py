@@ -62,6 +62,7 @@ class Job:
     overheads: dict | None = None  # a split job's in-sample request overheads (LOMO takes them)
     batch: int = 0  # the search's batch it belongs to (results of an earlier batch are ignored)
     part_of: "Job | None" = None  # a split job's full job (driver side only, never sent)
+    pinned: bool = False  # a screen refused after its fit if a constant is unpinned (RunConfig.pinned_only)
 
     @property
     def refine(self) -> bool:
@@ -79,8 +80,8 @@ def time_limit(job: Job, timeout_s: float, pool_heldout: bool) -> float:
 
 def job_message(job: Job, pool_heldout: bool) -> tuple:
     """What a worker needs to run `job`, whatever the executor:
-    (source, refine, start, heldout, split, overheads)."""
-    return job.source, job.refine, job.start, job.heldout(pool_heldout), job.split, job.overheads
+    (source, refine, start, heldout, split, overheads, pinned)."""
+    return job.source, job.refine, job.start, job.heldout(pool_heldout), job.split, job.overheads, job.pinned
 
 
 @functools.lru_cache(maxsize=16)
@@ -92,12 +93,12 @@ def _program(source: str) -> Program:
 
 def run_job(ev: Evaluator, message: tuple) -> dict:
     """Evaluate one job message on a worker's Evaluator; the Evaluation as JSON, never raising."""
-    source, refine, start, heldout, split, overheads = message
+    source, refine, start, heldout, split, overheads, pinned = message
     try:
         if split is not None:
             res = ev.evaluate_split(_program(source), split, overheads)
         else:
-            res = ev.evaluate(_program(source), refine=refine, start=start, heldout=heldout)
+            res = ev.evaluate(_program(source), refine=refine, start=start, heldout=heldout, pinned=pinned)
     except ProgramError as e:
         res = Evaluation(valid=False, error=f"invalid program: {e}")
     except Exception as e:  # a candidate must never take the run down

@@ -248,14 +248,15 @@ UNPINNED_TOO = ("C_A = 1.0\nC_B = 1.0\n\n\ndef predict_step_time(t_step_measured
                 "    return C_A * t_step_measured + C_B * (t_step_measured + t_step_measured)\n")
 
 
-def test_a_screen_whose_constants_the_data_cannot_pin_is_not_promoted(tmp_path):
-    """The cascade keeps the full evaluation from a screened program with a constant the data
-    cannot pin (the hand-over never takes one), though it would earn it otherwise; the summary's
-    work counts say so. `--promote-unpinned` (pinned_only=False) promotes it."""
+def test_a_screen_whose_constants_the_data_cannot_pin_is_refused_after_its_fit(tmp_path):
+    """Under `pinned_only` (the default) a screened program with a constant the data cannot pin
+    (the hand-over never takes one) is refused right after its fit: not simulated, never given
+    the full evaluation, its reason and identifiability kept; the summary's work counts say so.
+    `--promote-unpinned` (pinned_only=False) scores and promotes the same kind of program."""
     from dataclasses import replace
 
     from evaluator.program import parse_program
-    from evaluator.records import Evaluation, unpinned
+    from evaluator.records import unpinned
     from evolve.search import Candidate
     arch = Archive(tmp_path / "p.db")
     s = Search(RunConfig(budget=20, seed=1, workers=1, generation_size=4, holdout=False), arch)
@@ -264,17 +265,18 @@ def test_a_screen_whose_constants_the_data_cannot_pin_is_not_promoted(tmp_path):
         s.generation = 1
         s._evaluate_batch([Candidate(parse_program(UNPINNED), (), "test")], screen=True)
         got = {r["source"].strip(): r for r in arch.programs(run_id)}[UNPINNED.strip()]
-        ev = arch.evaluation(got["id"])
-        assert isinstance(ev, Evaluation) and ev.valid and got["generation"] == 1
-        assert unpinned(ev.identifiability) == {m: ["C_A", "C_B"] for m in ev.identifiability}
-        assert arch.program(got["id"])["evaluation"]["stage"] == "screen"
-        assert s.state.would_enter(ev.objectives, parse_program(UNPINNED))  # held back for its constants alone
+        rec = arch.program(got["id"])["evaluation"]
+        assert rec["stage"] == "screen" and not rec["valid"] and rec["sim_steps"] == 0
+        assert rec["error"].startswith("constants the data cannot pin") and "C_A (codellama-34b" in rec["error"]
+        assert unpinned(rec["identifiability"]) == {m: ["C_A", "C_B"] for m in rec["identifiability"]}
+        assert set(rec["constants"]) == set(rec["identifiability"])  # its fit is kept
         assert arch.work_counts(run_id)["unpinned"] == 1
         s.cfg = replace(s.cfg, pinned_only=False)
         s.generation = 2
         s._evaluate_batch([Candidate(parse_program(UNPINNED_TOO), (), "test")], screen=True)
         too = {r["source"].strip(): r for r in arch.programs(run_id)}[UNPINNED_TOO.strip()]
-        assert arch.program(too["id"])["evaluation"]["stage"] == "full"
+        rec = arch.program(too["id"])["evaluation"]
+        assert rec["stage"] == "full" and rec["valid"] and unpinned(rec["identifiability"])
     finally:
         s.close()
     assert RunConfig.from_json({"budget": 5}).pinned_only is False  # runs stored before the rule
