@@ -29,6 +29,20 @@ Recorded 2026-11-27 (embedded default, seed 0 at 00c78f9 / seed 1 at 62ec977, 2,
   none loses the recommended program. Not adopted: a third of the full evaluations buy
   nothing, but no rule over partial evidence finds them without losing frontier programs
   that are undominated on the splits it has not scored.
+
+Adopted 2026-11-28 ("today" above, `RunConfig.pinned_only`): a screen with a constant the data
+cannot pin (`evaluator.identify`, on the reference states, the same constants and states as the
+full evaluation's check) gets no full evaluation; the run refuses it right after its fit. The
+hand-over never takes such a program while a pinned one exists, so the frontier programs this
+rule refuses are exactly the unpinned ones. Replayed on the recorded runs (first order: the
+replay cannot admit a screen the run refused, which the sparser frontier would let through):
+  README job (3468e9c, seed 0): 427 -> 94 full evaluations, 97 of 123 frontier programs lost,
+                                recommended #1173 kept; the unpinned full evaluations were 1,524 of
+                                the run's 1,848 full-evaluation seconds
+  trace run (9f6d339, seed 0):  499 -> 145, 83 of 142 lost, recommended #772 kept (1,728 of 2,407 s)
+Measured by running it (benchmarks/main_job.py, embedded default, seed 0, 2 workers): with the
+rule at the cascade only, 248 full evaluations, 1,714 screens only (591 unpinned), 38 twins; with
+the refusal before the screen's simulation as well, see benchmarks/main_job.py.
 """
 from __future__ import annotations
 
