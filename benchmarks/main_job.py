@@ -112,6 +112,21 @@ codellama and 70b reasoning 26.4% / 13.8%, long decode codellama reasoning 21.3%
 33.3 -> 22.7% and mixtral 68.6 -> 0.0% failed). 3.2x the 10-minute goal; 7% slower than
 75ed923's run with the same work (this VM moves +-15% between days).
 
+The pinned rule (2026-11-28, `RunConfig.pinned_only`: a screen with a constant the data cannot
+pin gets no full evaluation; benchmarks/cascade_tradeoff.py), two steps, fresh worktrees:
+  commit    what                                   wall      eval/s  CPU      peak PSS  load before -> after
+  36f8c25   not promoted (still simulated)         1433.3 s  1.395   2574 s   948 MB    0.52 -> 2.87 *
+  a9eda15   + refused after the fit, no replay     1122.8 s  1.781   2041 s   956 MB    0.58 -> 1.80
+  * the test suite ran beside it for ~10 of its 24 minutes: its wall time is pessimistic.
+The same search both times (248 full evaluations, 1,714 screens of which 591 unpinned, 38 twins,
+637 known programs redrawn; frontier 89, hypervolume 44.450) and the same hand-over, #1166
+(`SCALE * (t_step_measured + (PER_LAYER + C_P * sqrt(t_step_measured + PER_LAYER_2)) /
+sqrt(t_step_measured + PER_LAYER_3) + t_decode_spread)`, every constant pinned, the same from all
+4 starts): LOWO 2.2%, LOMO 6.9%, high load 5.5%, long decode 6.9% (was 12.5% with #1173),
+overload 25.0 points (27.6). Against 6864a85: 1919.6 -> 1122.8 s wall (-42%), CPU 3545 -> 2041 s;
+full evaluations 427 (1,848 worker-s) -> 248 (882 s), screens 1,253 -> 872 worker-s (the 591
+refused ones 0.27 s each). 1.9x the 10-minute goal.
+
 The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
 own states was ~640 MB RSS once ready, one that adopts them ~340 MB. The archives of the

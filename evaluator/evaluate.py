@@ -71,13 +71,11 @@ class Evaluator(JudgeData):
         why = fit_program.unphysical(self, f, consts, program.params)
         if why is not None:
             return scoring.invalid(why, t0, consts)
-        ident = None
-        if pinned and fit and constants is None and self.diagnostics and not refine:
-            ident = fit_program.identifiability(self, program, consts, None)
-            if unpinned(ident):
-                return replace(scoring.invalid(unpinned_reason(ident), t0, consts), identifiability=ident)
-        measured = not MEASURED_NAMES.isdisjoint(program.params)
-        spread = not SPREAD_NAMES.isdisjoint(program.params)
+        ident = fit_program.screen_identifiability(self, program, consts, pinned and fit and constants is None
+                                                   and not refine)
+        if unpinned(ident):
+            return replace(scoring.invalid(unpinned_reason(ident), t0, consts), identifiability=ident)
+        measured, spread = (not names.isdisjoint(program.params) for names in (MEASURED_NAMES, SPREAD_NAMES))
         run = replay(self, f, consts, record=refine, measured=measured, spread=spread)
         n_steps = run.n_steps
         if run.error is not None:
@@ -89,8 +87,8 @@ class Evaluator(JudgeData):
         if ev.valid and self.split is None:  # a split view's would be dropped by join_splits
             ev = replace(ev, fingerprint=fingerprint(self, f, surrogate))
         if ev.valid and fit and constants is None and self.diagnostics:
-            ev = replace(ev, identifiability=ident if ident is not None else
-                         fit_program.identifiability(self, program, consts, run if refine else None))
+            ev = replace(ev, identifiability=ident or fit_program.identifiability(self, program, consts,
+                                                                                   run if refine else None))
         if kinds and ev.valid:
             ev = holdout_scores(self, program, ev, fit=fit and constants is None, overheads=overheads, kinds=kinds)
         return replace(ev, sim_steps=n_steps, seconds=time.perf_counter() - t0,

@@ -99,6 +99,13 @@ def unphysical(data: JudgeData, f, consts: dict, params=()) -> str | None:
     return None
 
 
+def screen_identifiability(data: JudgeData, program, consts, wanted: bool) -> dict[str, dict] | None:
+    """`identifiability` on the reference states, made before any simulation where `wanted` (a
+    screen that refuses an unpinned program, `Evaluator.evaluate(pinned=True)`) and the judge
+    keeps diagnostics; else None. It is the one the evaluation then stores."""
+    return identifiability(data, program, consts, None) if wanted and data.diagnostics else None
+
+
 def identifiability(data: JudgeData, program, consts, fitted_on: Replay | None) -> dict[str, dict]:
     """Per fitting group: which constants the fitting states pin down (`evaluator.identify`),
     on the states the fit saw (the candidate's own when refined, `fitted_on`; else the
