@@ -93,6 +93,15 @@ evaluations, 1,423 screens, 78 twins, 429 known programs redrawn; frontier 142, 
 48.917), its loop 2034 s; now hands over #772 itself (the same from all 4 starts: LOWO 2.2%, LOMO
 7.8%, high load 5.1%, long decode 8.7%, overload 26.5 points).
 
+The trace run under the pinned rule at 13bbf0a (2026-11-28 05:31-05:54, fresh worktree, nothing
+else running; load 0.84 -> 1.73): 1363.8 s (22.7 min; goal 12; was 2136.4 s at d172dc8), 1.466
+eval/s, peak PSS 1474 MB (RSS 1798 MB; driver 560), CPU 2476 s (driver 61 s, sampler 28 s); 223
+full evaluations, 1,750 screens (559 refused after their fit for an unpinned constant), 27
+twins, 629 known programs redrawn; frontier 90, hypervolume 50.836. Hands over #1567 (23 of
+complexity, a branch on the batch size; every constant pinned; 3 of 4 starts scored, LOWO
+1.4-1.6%, LOMO 6.8-7.2%, high load 1.2%, long decode 10.2%, overload 13.5 points: the first
+hand-over that makes mixtral reasoning fail at all, 34.6% simulated against 68.6% measured).
+
 The README job at 75ed923 (2026-11-27 20:01-20:31, fresh worktree, nothing else running; load
 0.69 -> 2.04): 1792.8 s wall (the search loop 1708 s; the rest is start-up and the hand-over, 4
 programs x 3 more starts, which took 31 s alone on a copy of 3468e9c's archive), 1.116 eval/s, peak PSS 946 MB (RSS 1229 MB; driver 356, workers
