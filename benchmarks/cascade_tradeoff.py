@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -59,6 +58,7 @@ from evaluator.objectives import (IN_SAMPLE_ORDER, has_heldout, in_sample_loss, 
 from evaluator.records import unpinned  # noqa: E402
 from evolve.search import GATE_ORDER, Member, SearchState, _dominates  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
+from evolve.archive_check import readonly_connect  # noqa: E402
 from evolve.pareto import cell_key  # noqa: E402
 
 INVALID = 1e300
@@ -125,7 +125,7 @@ def rules():
 def _identifiability(path) -> dict:
     """program id -> its evaluation's identifiability (what the screen and the full evaluation
     share), read straight from the archive file."""
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    con = readonly_connect(path)
     try:
         return {pid: json.loads(v) if v else {} for pid, v in
                 con.execute("SELECT program_id, identifiability FROM evaluations")}

@@ -82,7 +82,7 @@ def unpinned(identifiability: Mapping | None) -> dict[str, list[str]]:
     was checked. Such a constant is held by the fit's faint prior, not by data: a defect."""
     out = {}
     for group, g in (identifiability or {}).items():
-        names = (g or {}).get("unpinned") if isinstance(g, Mapping) else None
+        names = g.get("unpinned") if isinstance(g, Mapping) else None
         if names:
             out[str(group)] = [str(n) for n in names]
     return out

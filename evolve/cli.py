@@ -260,7 +260,7 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
             search.close()
     run = archive.get_run(search.run_id)
     out["n_evaluated"] = run["n_evaluated"]
-    out["work"] = {**archive.work_counts(search.run_id), "pinned_only": search.cfg.pinned_only}
+    out["work"] = archive.work_counts(search.run_id)
     out["hypervolume"] = search.state.hv()
     fr = search.state.frontier
     from evaluator.holdout import misses
@@ -346,7 +346,7 @@ def cmd_run(args) -> int:
     w = out.get("work") or {}
     con.print(f"work: {w.get('full', 0)} full evaluations, {w.get('screen', 0)} screens only "
               f"({w.get('unpinned', 0)} of them with a constant the data cannot pin"
-              f"{': refused after their fit' if w.get('pinned_only') else ''}), "
+              f"{': refused after their fit' if cfg.pinned_only else ''}), "
               f"{w.get('twins', 0)} twins (screened, then skipped: they behave like an earlier program)")
     if out.get("llm_spend_text"):
         con.print(f"LLM spend: {out['llm_spend_text']}")

@@ -7,10 +7,10 @@ MAP-Elites cell elites (uniformly: diversity), half from an NSGA-II pool (pressu
 proposals that repeat a known program are drawn again, so generations stay full and no
 worker idles at the generation barrier. Cascade: every candidate is screened with the cheap
 fit (one simulation); only those that would enter the frontier or improve their MAP-Elites
-cell get the full fit (refinement on their own simulation, from the screen's constants), and
-only if the data pins every constant of theirs (`RunConfig.pinned_only`: a constant held by the
-fit's prior is a defect the hand-over never takes; in two recorded 2,000-proposal runs such
-programs took 78% and 71% of the full evaluations).
+cell get the full fit (refinement on their own simulation, from the screen's constants). Under
+`RunConfig.pinned_only` a screen with a constant the data cannot pin is refused right after its
+fit (`Job.pinned`): a constant held by the fit's prior is a defect the hand-over never takes; in
+two recorded 2,000-proposal runs such programs took 78% and 71% of the full evaluations.
 Every candidate is written to the archive in one transaction with its evaluation as soon as
 it and every earlier candidate of its generation are settled, so a killed run loses only the
 candidates in flight (and any finished one waiting on them); `--resume` continues the run.
@@ -43,7 +43,7 @@ from evaluator import physics
 from evaluator.fingerprint import twin_rows
 from evaluator.identify import fold_constants
 from evaluator.program import Program, ProgramError, parse_program
-from evaluator.records import Evaluation, unpinned
+from evaluator.records import Evaluation
 from evolve.archive import Archive
 from evolve.config import RunConfig
 from evolve.llm import ParentInfo, ProposalRequest, mutator_for
@@ -478,12 +478,6 @@ class Search:
         if stage == "full":
             self.state.add(Member(pid, c.program, ev.objectives, self.generation, ev.fingerprint))
 
-    def _promotable(self, screen_ev: Evaluation) -> bool:
-        """Whether a screen may earn the full evaluation at all: it is valid and, under
-        `pinned_only`, the data pins every constant (the screen's identifiability is the full
-        evaluation's: same constants, same reference states)."""
-        return screen_ev.valid and not (self.cfg.pinned_only and unpinned(screen_ev.identifiability))
-
     @staticmethod
     def _full_job(i: int, c: Candidate, screen_ev: Evaluation, batch: int) -> Job:
         """The full evaluation of screened candidate `i`, starting from its screen's constants."""
@@ -574,8 +568,7 @@ class Search:
                 if i not in first:
                     break
                 if i not in gate:
-                    gate[i] = screen and self._promotable(first[i]) and \
-                        self.state.would_enter(first[i].objectives, c.program)
+                    gate[i] = screen and first[i].valid and self.state.would_enter(first[i].objectives, c.program)
                     t = self.state.twin_of(first[i].fingerprint, c.program.complexity.total) if gate[i] else None
                     if t is not None:  # its full evaluation would repeat member t's
                         gate[i], twin[i] = False, t
@@ -602,7 +595,7 @@ class Search:
                 for i, c in todo[k + 1:]:
                     if pool.spare() <= 0:
                         break
-                    if i in asked or i in full or i not in first or not self._promotable(first[i]) or \
+                    if i in asked or i in full or i not in first or not first[i].valid or \
                             looked.get(i) == len(self.state.members):
                         continue
                     looked[i] = len(self.state.members)
