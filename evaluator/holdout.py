@@ -21,7 +21,10 @@ scores every program under three kinds of split, each a list of `Split`s taken i
 Overload: the failure fraction of the held-out stages that were overloaded in the measurement
 (more than OVERLOADED of their requests failed at the client's timeout) is its own objective,
 `overload_fail` (`overload_error`): scored on the long-decode split where it has such stages,
-else on every held-out split's.
+else on every held-out split's. A stage of the same splits that the simulation overloads and
+the measurement did not (a collapse nobody measured: the trace run's #1567 failed 15.8% of
+codellama's reasoning requests, measured 0.1%) is scored with them, so the objective sees
+failures predicted where none happened as well as failures missed.
 
 Request overheads (queueing, post-decode) are fitted like the constants, on the fitted part
 only, on a simulation with the split's own constants. For LOMO the held-out model takes the
@@ -151,6 +154,14 @@ def overloaded(row: dict) -> bool:
     return row.get("meas_fail") is not None and row["meas_fail"] > OVERLOADED
 
 
+def collapsed(row: dict) -> bool:
+    """Whether the simulation overloaded a held-out stage the measurement did not: more than
+    OVERLOADED of its requests failed in the simulation only (the overload objective scores
+    it too: a predicted collapse is as wrong for a capacity planner as a missed one)."""
+    return (not overloaded(row) and row.get("meas_fail") is not None and row.get("pred_fail") is not None
+            and row["pred_fail"] > OVERLOADED)
+
+
 def ranked_error(row: dict, kind: str) -> float | None:
     """The latency error a held-out stage is ranked on: its mean E2E error, but on the
     long-decode split a stage the measurement overloaded (more than OVERLOADED of its requests
@@ -256,11 +267,13 @@ OVERLOAD = "overload_fail"
 
 def overload_error(blocks: dict) -> float | None:
     """Mean error of the predicted failed fraction (|pred - measured|, 0.01 = one point) over the
-    held-out stages that were overloaded in the measurement: those of the long-decode split where
-    it has any, else those of every held-out split. Infinite if a split that holds such a stage
-    could not be scored; None where no held-out stage was overloaded (no objective)."""
+    held-out stages that were overloaded in the measurement, or in the simulation only
+    (`collapsed`): those of the long-decode split where it has any overloaded stage, else those
+    of every held-out split. Infinite if a split that holds such a stage could not be scored;
+    None where no held-out stage was overloaded in the measurement (no objective: whether a
+    program has this objective never depends on its own predictions)."""
     rows = overload_rows(blocks)
-    if not rows:
+    if not any(overloaded(r) for r in rows):
         if "long" in blocks and blocks["long"]["errors"]:
             return math.inf  # the split that would hold the overloaded stages failed
         return None
@@ -282,15 +295,17 @@ def _overload_blocks(blocks: dict) -> list[dict]:
 
 
 def overload_rows(blocks: dict) -> list[dict]:
-    """The held-out stage rows the overload objective scores."""
-    return [r for b in _overload_blocks(blocks) for r in b["rows"] if overloaded(r)]
+    """The held-out stage rows the overload objective scores (and `misses` checks): those the
+    measurement overloaded and those only the simulation did (`collapsed`)."""
+    return [r for b in _overload_blocks(blocks) for r in b["rows"] if overloaded(r) or collapsed(r)]
 
 
 def misses(blocks: dict) -> list[dict]:
     """Where the held-out errors break the bars a capacity planner holds a step model to: per
     kind and held-out experiment, the mean of its stages' ranked errors (`ranked_error`: per
-    output token on an overloaded long-decode stage) above MISS_ERR; each overloaded stage whose
-    failed fraction is off by more than MISS_PTS; and each split that could not be scored. The
+    output token on an overloaded long-decode stage) above MISS_ERR; each stage overloaded in
+    the measurement or the simulation (`overload_rows`) whose failed fraction is off by more than
+    MISS_PTS; and each split that could not be scored. The
     regime means hide them: the trace run's hand-over is 8.7% off on long decode on average and
     14.5% on codellama's reasoning run, and fails 26.5 points too few on average but mixtral's
     69% entirely."""

@@ -12,8 +12,8 @@ import pytest
 
 from evaluator.data import load
 from evaluator.evaluate import Evaluator
-from evaluator.holdout import (KINDS, OVERLOADED, PREFIX, holdout_scores, long_workloads, make_split, ranked_error,
-                               request_context, splits_of, summarize)
+from evaluator.holdout import (KINDS, OVERLOADED, PREFIX, collapsed, holdout_scores, long_workloads, make_split,
+                               misses, overload_error, ranked_error, request_context, splits_of, summarize)
 from evaluator.objectives import (HELDOUT, HELDOUT_ORDER, IN_SAMPLE_ORDER, objective_vector, regime_errors,
                                   selection_loss, vector_order)
 from evaluator.program import parse_program
@@ -180,6 +180,7 @@ def test_long_decode_and_overload_objectives(scored):
     assert b["objectives"]["long_e2e_worst"] == pytest.approx(max(ranked))
     over = [r for r in b["rows"] if r["meas_fail"] > OVERLOADED]
     assert {r["model"] for r in over} == {"llama-2-7b", "llama-2-70b", "mixtral-8x7b"}
+    over += [r for r in b["rows"] if r["meas_fail"] <= OVERLOADED < r["pred_fail"]]  # a collapse only simulated
     assert scored.objectives["overload_fail"] == pytest.approx(np.mean([abs(r["pred_fail"] - r["meas_fail"])
                                                                        for r in over]))
     assert set(regime_errors(scored.objectives)) == {"lowo_e2e", "lomo_e2e", "load_e2e", "long_e2e", "overload_fail"}
@@ -200,6 +201,26 @@ def test_an_overloaded_stage_ranks_long_decode_on_its_per_token_time():
     assert long["long_itl"] == pytest.approx(0.03)  # the diagnostics stay per kind of error
     assert summarize([calm, queued, lost], {}, "model")["lomo_e2e"] == pytest.approx(0.20)
     assert math.isinf(summarize([calm], {"long": "runaway"}, "long")["long_e2e"])
+
+
+def test_a_collapse_only_the_simulation_has_is_scored_and_named():
+    """The overload objective and the misses see failures predicted where the measurement had
+    none (the trace run's #1567: codellama reasoning 15.8% simulated, 0.1% measured), not only
+    failures missed; a stage below OVERLOADED in both counts in neither; and the objective exists
+    only where the measurement overloaded a held-out stage, whatever the program predicts."""
+    def row(model, meas, pred):
+        return {"model": model, "workload": "reasoning", "stage": 0, "e2e_err": 0.05, "itl_err": 0.02,
+                "meas_fail": meas, "pred_fail": pred, "fail_err_pts": 100 * abs(pred - meas)}
+    queued, calm = row("70b", 0.333, 0.372), row("7b", 0.0, 0.004)
+    spurious = row("codellama", 0.0008, 0.158)
+    assert collapsed(spurious) and not collapsed(queued) and not collapsed(calm)
+    blocks = {"long": {"rows": [queued, calm, spurious], "errors": {}}}
+    assert overload_error(blocks) == pytest.approx(np.mean([0.039, 0.1572]))
+    assert overload_error({"long": {"rows": [queued, calm], "errors": {}}}) == pytest.approx(0.039)
+    found = {(m["kind"], m["model"]) for m in misses(blocks) if m["measure"] == "failed"}
+    assert found == {("overload", "codellama")}
+    assert overload_error({"long": {"rows": [calm, spurious], "errors": {}}}) is None  # no measured overload
+    assert misses({"long": {"rows": [calm, spurious], "errors": {}}})[0]["model"] == "codellama"
 
 
 # ---------------------------------------------------------------- ranking
