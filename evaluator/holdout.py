@@ -7,7 +7,7 @@ scores every program under three kinds of split, each a list of `Split`s taken i
             workloads; every stage of the held-out workload scored on all its requests;
   model     leave one model out (LOMO): one constant vector for every model, fitted on the
             other models, so model differences must come from the components (weights,
-            FLOPs, KV bytes, TP);
+            FLOPs, KV bytes, TP); ranked on its worst held-out model (`worst_model`);
   load      leave the high load out: fitted on the lowest-rate stage of each experiment with
             several stages, scored on its higher-rate stages (load extrapolation);
   long      long decode: per-model constants fitted on the workloads whose requests hold
@@ -178,17 +178,35 @@ def ranked_error(row: dict, kind: str) -> float | None:
 
 def summarize(rows: list[dict], errors: dict[str, str], kind: str) -> dict[str, float]:
     """Objectives of one kind from its held-out rows (`<prefix>_e2e` on `ranked_error`):
-    infinite when any split failed."""
+    infinite when any split failed. LOMO's is its worst held-out model (`worst_model`), the
+    others' the mean over their held-out stages."""
     prefix = PREFIX[kind]
     if errors or not rows:
         return {f"{prefix}_e2e": math.inf, f"{prefix}_e2e_worst": math.inf,
                 f"{prefix}_ttft": math.inf, f"{prefix}_itl": math.inf}
     ranked = [x for x in (ranked_error(r, kind) for r in rows) if x is not None]
+    head = worst_model(rows) if kind == "model" else _mean(ranked)
     rows = [r for r in rows if r["e2e_err"] is not None]  # stages that mostly failed: no latency
-    return {f"{prefix}_e2e": _mean(ranked),
+    return {f"{prefix}_e2e": head,
             f"{prefix}_e2e_worst": float(max(ranked, default=math.inf)),
             f"{prefix}_ttft": _mean([r["ttft_err"] for r in rows]),
             f"{prefix}_itl": _mean([r["itl_err"] for r in rows])}
+
+
+def worst_model(rows: list[dict]) -> float:
+    """LOMO's objective: the mean ranked error of each held-out model's stages, at its worst
+    model. A user asks how far the step model carries to the model they have, and the target is
+    per model (issue 29: every held-out model under 10%): a mean over the models let one that
+    transfers badly hide behind three that transfer well (the README job's #1166: 6.9% on
+    average, llama-2-70b 9.0% and codellama-34b's reasoning run 30.8%). A model whose stages all
+    mostly failed has no latency to rank (the overload objective scores it); infinite where no
+    model has one."""
+    by_model: dict[str, list] = {}
+    for r in rows:
+        x = ranked_error(r, "model")
+        if x is not None:
+            by_model.setdefault(r.get("model"), []).append(x)
+    return max((_mean(errs) for errs in by_model.values()), default=math.inf)
 
 
 def _lomo_overheads(main_overheads: dict, held_out: str) -> dict | None:

@@ -12,6 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 INVALID = 1e9  # what a missing, NaN or infinite objective counts as in any ranking
+# What the objectives mean, revised when the judge scores the same predictions differently; a
+# run stores the revision it was started under (`RunConfig.judge`), so a resumed run says when
+# its stored scores and its new ones were made under different rules.
+#   1: until 2026-11-28;
+#   2: LOMO ranks its worst held-out model (`evaluator.holdout.worst_model`), and the overload
+#      objective also scores a collapse only the simulation has (`evaluator.holdout.collapsed`).
+JUDGE_REVISION = 2
 
 
 @dataclass(frozen=True)
@@ -31,7 +38,7 @@ OBJECTIVES: tuple[Objective, ...] = (
     Objective("complexity", "complexity", False),
     # mean E2E error on data the constants never saw (evaluator.holdout)
     Objective("lowo_e2e", "LOWO E2E", True),
-    Objective("lomo_e2e", "LOMO E2E", True),
+    Objective("lomo_e2e", "LOMO worst-model E2E", True),  # its worst held-out model (holdout.worst_model)
     Objective("load_e2e", "high-load E2E", True),
     # long decode: fitted on the shorter-context workloads, scored on the long one (E2E; per-token
     # time where the measurement overloaded: `evaluator.holdout.ranked_error`); and the failed

@@ -319,6 +319,11 @@ def cmd_run(args) -> int:
             sys.exit(f"error: --resume {args.resume} continues with its stored settings; it may change --budget, "
                      f"--workers, --executor, --ray-address and the LLM spend caps, not {', '.join(changed)}")
     cfg = config_from_args(args, stored)
+    from evaluator.objectives import JUDGE_REVISION
+    if cfg.judge != JUDGE_REVISION:  # its stored scores keep their meaning; the new ones are today's
+        print(f"note: run {args.resume} was scored under judge revision {cfg.judge} and continues under revision "
+              f"{JUDGE_REVISION} (evaluator/objectives.py says what changed): its stored programs keep their "
+              f"scores, so compare them with new ones with care or start a new run")
     from evolve.llm import unpriced_cap
     unpriced = unpriced_cap(cfg)  # a cost cap nobody can price would not hold
     if unpriced:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from evaluator.objectives import Caps
+from evaluator.objectives import JUDGE_REVISION, Caps
 
 HANDOVER_STARTS = 4  # the declared constants and 3 seeded multiples of them (evolve.handover)
 HANDOVER_SHORTLIST = 4  # programs the hand-over fits again: the first in the declared-start order
@@ -45,6 +45,8 @@ class RunConfig:
     handover_starts: int = HANDOVER_STARTS
     # the cascade promotes only screens whose every constant the data pins (evolve.search)
     pinned_only: bool = True
+    # the judge's revision the run was started under (evaluator.objectives.JUDGE_REVISION)
+    judge: int = JUDGE_REVISION
 
     def llm_prices_per_token(self) -> tuple[float | None, float | None]:
         """The given prices in USD per token (None where not given)."""
@@ -64,6 +66,7 @@ class RunConfig:
         kw.setdefault("holdout", False)  # runs stored before held-out objectives ranked in-sample
         kw.setdefault("handover_starts", 1)  # runs stored before handed over on the declared start
         kw.setdefault("pinned_only", False)  # runs stored before promoted unpinned screens too
+        kw.setdefault("judge", 1)  # runs stored before the judge had a revision
         caps = kw.get("caps")
         if isinstance(caps, Mapping):
             kw["caps"] = Caps(**caps)

@@ -13,7 +13,8 @@ import pytest
 from evaluator.data import load
 from evaluator.evaluate import Evaluator
 from evaluator.holdout import (KINDS, OVERLOADED, PREFIX, collapsed, holdout_scores, long_workloads, make_split,
-                               misses, overload_error, ranked_error, request_context, splits_of, summarize)
+                               misses, overload_error, ranked_error, request_context, splits_of, summarize,
+                               worst_model)
 from evaluator.objectives import (HELDOUT, HELDOUT_ORDER, IN_SAMPLE_ORDER, objective_vector, regime_errors,
                                   selection_loss, vector_order)
 from evaluator.program import parse_program
@@ -102,7 +103,12 @@ def test_heldout_objectives_rows_and_json(scored, gt):
         name = f"{PREFIX[kind]}_e2e"
         assert math.isfinite(scored.objectives[name]) and scored.objectives[name] >= 0
         timed = [ranked_error(r, kind) for r in block["rows"] if r["e2e_err"] is not None]  # not the mostly failed
-        assert scored.objectives[name] == pytest.approx(np.mean(timed))
+        by_model = {}
+        for r in block["rows"]:
+            if r["e2e_err"] is not None:
+                by_model.setdefault(r["model"], []).append(ranked_error(r, kind))
+        head = max(np.mean(v) for v in by_model.values()) if kind == "model" else np.mean(timed)
+        assert scored.objectives[name] == pytest.approx(head)  # LOMO: its worst held-out model
         assert block["objectives"][f"{PREFIX[kind]}_e2e_worst"] >= block["objectives"][name]
         for r in block["rows"]:
             split = make_split(gt.experiments, *r["split"].split(":")) if ":" in r["split"] \
@@ -201,6 +207,21 @@ def test_an_overloaded_stage_ranks_long_decode_on_its_per_token_time():
     assert long["long_itl"] == pytest.approx(0.03)  # the diagnostics stay per kind of error
     assert summarize([calm, queued, lost], {}, "model")["lomo_e2e"] == pytest.approx(0.20)
     assert math.isinf(summarize([calm], {"long": "runaway"}, "long")["long_e2e"])
+
+
+def test_lomo_ranks_the_worst_held_out_model():
+    """LOMO's objective is the mean error of each held-out model's stages at the worst model (the
+    target is per model): three models that transfer well do not hide one that does not; a
+    model whose stages all mostly failed (no latency) is left to the overload objective."""
+    def row(model, e2e):
+        return {"model": model, "e2e_err": e2e, "itl_err": e2e, "ttft_err": 0.1, "meas_fail": 0.0}
+    rows = [row("a", 0.02), row("a", 0.04), row("b", 0.01), row("c", 0.01), row("d", 0.12), row("d", 0.08),
+            {**row("e", None), "itl_err": None, "meas_fail": 0.85}]
+    out = summarize(rows, {}, "model")
+    assert out["lomo_e2e"] == pytest.approx(0.10)  # d's mean; the mean over stages would be 0.0467
+    assert out["lomo_e2e_worst"] == pytest.approx(0.12)
+    assert summarize(rows, {}, "workload")["lowo_e2e"] == pytest.approx(np.mean([0.02, 0.04, 0.01, 0.01, 0.12, 0.08]))
+    assert worst_model([rows[-1]]) == math.inf
 
 
 def test_a_collapse_only_the_simulation_has_is_scored_and_named():

@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 
+from evaluator.objectives import JUDGE_REVISION
 from evolve.archive import Archive
 from evolve.config import RunConfig
 from evolve.search import Search
@@ -61,11 +62,13 @@ def test_hostile_replies_and_spend_cap(tmp_path, monkeypatch):
 
 def test_resume_of_a_run_that_stored_nothing_starts_it(tmp_path):
     """Killed before a seed was stored: `--resume` evaluates the seeds and finishes; in a log
-    it writes progress lines (every second here instead of 30)."""
+    it writes progress lines (every second here instead of 30). Stored by a version before the
+    judge had a revision, it says in one line that its scores and the new ones may differ."""
     db = tmp_path / "k.db"
     arch = Archive(db)
     cfg = RunConfig(budget=N_SEEDS, seed=1, workers=1, holdout=False)
-    run_id = arch.start_run(cfg.to_json(), cfg.seed, None, cfg.budget)  # what a kill before the seeds leaves
+    old = {k: v for k, v in cfg.to_json().items() if k != "judge"}  # as a version before revisions stored it
+    run_id = arch.start_run(old, cfg.seed, None, cfg.budget)  # what a kill before the seeds leaves
     arch.close()
     env = {**os.environ, "STEPEVOLVE_PROGRESS_S": "1"}
     r = subprocess.run([sys.executable, "-m", "evolve.cli", "run", "--resume", run_id, "--budget", str(N_SEEDS),
@@ -75,6 +78,9 @@ def test_resume_of_a_run_that_stored_nothing_starts_it(tmp_path):
     assert run["status"] == "finished" and run["n_evaluated"] == N_SEEDS
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith(f"progress {run_id}:")]
     assert lines and f"{N_SEEDS}/{N_SEEDS} evaluations" in lines[-1] and "eval/s" in lines[-1]
+    note = [ln for ln in r.stdout.splitlines() if "judge revision" in ln]
+    assert len(note) == 1 and note[0].startswith(f"note: run {run_id} was scored under judge revision 1 ")
+    assert RunConfig.from_json(cfg.to_json()).judge == JUDGE_REVISION > 1  # a new run stores today's
 
 
 # ------------------------------------------------------------------ the disk filling up

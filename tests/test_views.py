@@ -319,7 +319,7 @@ def test_report_opens_in_chromium_without_errors(gt, tmp_path):
             assert first["y"] == 0 and max(first["card"], first["regimes"], first["coverage"]) <= first["h"], first
             card = pg.locator("#recommended").inner_text()
             assert f"Recommended: program #{best['id']}" in card
-            for label in ("LOWO E2E", "LOMO E2E", "high-load E2E", "long-decode error", "overload failures"):
+            for label in ("LOWO E2E", "LOMO worst-model E2E", "high-load E2E", "long-decode error", "overload failures"):
                 assert label in card
             assert "long-decode error (worst)" in card  # the regime it is ranked on
             assert "Fitted on:" in card and "Not validated for:" in card and "predict_step_time" in card
