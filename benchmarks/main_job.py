@@ -136,6 +136,25 @@ overload 25.0 points (27.6). Against 6864a85: 1919.6 -> 1122.8 s wall (-42%), CP
 full evaluations 427 (1,848 worker-s) -> 248 (882 s), screens 1,253 -> 872 worker-s (the 591
 refused ones 0.27 s each). 1.9x the 10-minute goal.
 
+Judge revision 2 (2026-11-28, `evaluator.objectives.JUDGE_REVISION`: LOMO ranks its worst
+held-out model; the overload objective also scores a collapse only the simulation has), the README
+job at 1490590 (07:23-07:44, fresh worktree, nothing else running; load 0.65 -> 1.82): 1238.4 s
+wall (20.6 min), 1.615 eval/s, peak PSS 953 MB (RSS 1235 MB; driver 441), CPU 2271 s (driver 62
+s, sampler 26 s); 292 full evaluations, 1,674 screens (453 refused after their fit), 34 twins, 502
+known programs redrawn; frontier 123, hypervolume 47.576. The objectives moved the search, so its
+work did too (292 full evaluations against 248: +10% wall). Hands over #677 (`t_step_measured +
+PER_LAYER + C_N_DECODE * (t_step_measured + C_P * sqrt(P)) + t_decode_spread`, 4 of 4 starts):
+LOWO 1.9%, LOMO worst model 11.6-13.3%, high load 2.7-4.7%, long decode 9.4-11.0%, overload
+25.9-26.0 points; on the embedded default #1166 reads 8.9-9.1% on LOMO's worst model, so this
+seed's search found no better program under the sharper objective. The trace run under it
+(07:47-08:16, same tree, nothing else running; load 0.17 -> 1.93): 1729.9 s (28.8 min; 1363.8 s
+under revision 1), 1.156 eval/s, peak PSS 1355 MB (RSS 1680 MB; driver 413), CPU 3219 s; 362
+full evaluations (223), 1,609 screens (611 refused), 29 twins, 504 redrawn; frontier 132,
+hypervolume 47.885. Hands over #1277, `SCALE_3 * (t_step_measured + t_decode_spread)` (one
+constant, where revision 1 handed over #1567, a branch on B > 16 that failed 15.8% of codellama's
+reasoning requests): LOWO 2.2%, LOMO worst model 12.8%, high load 5.5%, long decode 6.4%, overload
+25.5 points, the same from all 4 starts.
+
 The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
 own states was ~640 MB RSS once ready, one that adopts them ~340 MB. The archives of the
