@@ -77,13 +77,9 @@ from evolve.pareto import cell_key  # noqa: E402
 INVALID = 1e300
 
 
-def _cell_improves(state: SearchState, o: dict, rec: dict) -> bool:
-    cur = state.cells.get(cell_key(rec))
-    return cur is None or in_sample_loss(o) < in_sample_loss(cur.objectives)
-
-
-def _cell_improves_by(state: SearchState, o: dict, rec: dict, margin: float) -> bool:
-    """An empty cell, or an in-sample loss below (1 - margin) x the cell elite's."""
+def _cell_improves(state: SearchState, o: dict, rec: dict, margin: float = 0.0) -> bool:
+    """An empty cell, or an in-sample loss below (1 - margin) x the cell elite's (margin 0: the
+    cell half of `SearchState.would_enter`)."""
     cur = state.cells.get(cell_key(rec))
     return cur is None or in_sample_loss(o) < (1.0 - margin) * in_sample_loss(cur.objectives)
 
@@ -143,8 +139,8 @@ def rules():
         "today (would_enter, every constant pinned)": lambda st, o, r: st.would_enter(o, r) and not r["unpinned"],
         "undominated only": lambda st, o, r: _undominated(st, o),
         "improves its cell only": lambda st, o, r: _cell_improves(st, o, r),
-        "empty cell, or beats its elite by 5%": lambda st, o, r: _cell_improves_by(st, o, r, 0.05),
-        "empty cell, or beats its elite by 20%": lambda st, o, r: _cell_improves_by(st, o, r, 0.20),
+        "empty cell, or beats its elite by 5%": lambda st, o, r: _cell_improves(st, o, r, 0.05),
+        "empty cell, or beats its elite by 20%": lambda st, o, r: _cell_improves(st, o, r, 0.20),
         "empty cell only": lambda st, o, r: st.cells.get(cell_key(r)) is None,
         "empty cell, or beats every cell member in-sample": lambda st, o, r: _cell_best_in_sample(st, o, r),
         "would_enter and within 50% of the front": lambda st, o, r: st.would_enter(o, r) and _near_front(st, o, 0.5),
