@@ -244,7 +244,7 @@ def kernel_source() -> str:
     for b in BLOCKS:
         module, func = b.python.split(":")
         lines.append(f"from {module} import {func}" + (f" as {b.name}" if func != b.name else ""))
-    lines += ["", "", "@numba.njit(cache=True, fastmath=False)",
+    lines += ["", "", "@numba.njit(cache=True, fastmath=False, error_model=\"numpy\")",
               "def fill_components(model, " + ", ".join(STEP_INPUTS) + ", out):",
               '    """Write the components of one step into `out` (length N_COMPONENTS)."""']
     for i, (local, _) in enumerate(MODEL_INPUTS):
@@ -280,7 +280,7 @@ def context_source() -> list[str]:
     other = need & (set(STEP_INPUTS) - set(CONTEXT_INPUTS))
     if other:
         raise TableError(f"LATE_ROWS read {sorted(other)}: fill_context has only {', '.join(CONTEXT_INPUTS)}")
-    lines = ["", "", "@numba.njit(cache=True, fastmath=False)",
+    lines = ["", "", "@numba.njit(cache=True, fastmath=False, error_model=\"numpy\")",
              "def fill_context(model, " + ", ".join(CONTEXT_INPUTS) + ", out):",
              '    """Write the components that read ctx_max into `out`, as fill_components does."""']
     lines += [f"    {local} = model[{i}]" for i, (local, _) in enumerate(MODEL_INPUTS) if local in need]

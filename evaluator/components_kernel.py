@@ -8,7 +8,7 @@ import numba
 from evaluator.measured_kernel import fill_measured
 
 
-@numba.njit(cache=True, fastmath=False)
+@numba.njit(cache=True, fastmath=False, error_model="numpy")
 def fill_components(model, P, D, n_prefill, n_decode, B, K, ctx_max, out):
     """Write the components of one step into `out` (length N_COMPONENTS)."""
     L = model[0]
@@ -74,7 +74,7 @@ def fill_components(model, P, D, n_prefill, n_decode, B, K, ctx_max, out):
             out[i] = math.nan
 
 
-@numba.njit(cache=True, fastmath=False)
+@numba.njit(cache=True, fastmath=False, error_model="numpy")
 def fill_context(model, n_decode, K, ctx_max, out):
     """Write the components that read ctx_max into `out`, as fill_components does."""
     L = model[0]

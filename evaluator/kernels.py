@@ -238,7 +238,7 @@ def fill_along_batch(v: np.ndarray, batch: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------- interpolation (numba, Go-portable)
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _bracket(flat, start, n, x):
     """Knot pair (lo, hi) and weight for x clamped to [knot_0, knot_n-1]."""
     if x <= flat[start]:
@@ -256,7 +256,7 @@ def _bracket(flat, start, n, x):
     return lo, hi, (x - flat[start + lo]) / (flat[start + hi] - flat[start + lo])
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def lin1(flat, off, x):
     """1-D table at `off`: linear between knots, first value below, proportional above."""
     n = int(flat[off])
@@ -270,12 +270,12 @@ def lin1(flat, off, x):
     return flat[ys + lo] + w * (flat[ys + hi] - flat[ys + lo])
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _at_row(flat, voff, ny, i0, i1, wx, j):
     return (1.0 - wx) * flat[voff + i0 * ny + j] + wx * flat[voff + i1 * ny + j]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def lin2(flat, off, x, y):
     """2-D table at `off` (x = batch, y = length/context): bilinear inside; clamped below;
     proportional beyond the last x; along the last segment beyond the last y."""

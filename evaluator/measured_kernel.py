@@ -17,7 +17,7 @@ __all__ = ["decode_attn_us", "prefill_attn_us", "fill_measured", "measured_matri
 N_MEASURED = 6  # t_gemm, t_decode_attn, t_prefill_attn, t_allreduce, t_moe, t_step (measured)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def decode_attn_us(flat, batch, ctx):
     """One layer's decode attention (us) for `batch` requests of mean context `ctx`."""
     t = kt.lin2(flat, int(flat[kt.H_OFF_DEC]), batch, ctx)
@@ -26,7 +26,7 @@ def decode_attn_us(flat, batch, ctx):
     return max(t, floor)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def prefill_attn_us(flat, n_chunks, chunk):
     """One layer's prefill attention (us): n_chunks causal chunks of `chunk` tokens each."""
     t = kt.lin2(flat, int(flat[kt.H_OFF_PRE]), n_chunks, chunk)
@@ -34,7 +34,7 @@ def prefill_attn_us(flat, n_chunks, chunk):
     return max(t, floor)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def fill_measured(tables_flat, P, D, n_prefill, n_decode, B, K, out):
     """Write the measured components of one step (us) into `out` (length N_MEASURED)."""
     f = tables_flat
@@ -88,7 +88,7 @@ def fill_measured(tables_flat, P, D, n_prefill, n_decode, B, K, out):
     out[5] = gemm + dec + pre + allreduce + moe
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def measured_matrix(tables_flat, P, D, n_prefill, n_decode, B, K):
     """Measured components for many steps of one model at once."""
     n = P.shape[0]

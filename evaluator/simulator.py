@@ -266,8 +266,10 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
     restarted = np.zeros(n, np.bool_)  # preempted at least once: its prefill is recompute
     seen_p = np.zeros(ubase + 1, np.bool_)  # content ids whose blocks were computed before
     comp = np.zeros(N_COMPONENTS)
-    # grown by doubling: allocating max_steps rows up front (280 MB zeroed) cost ~0.25 s a run
-    rec = np.empty((min(max_steps, 65536) if record else 1, 8))  # P, D, n_prefill, n_decode, B, K, t_start, ctx_max
+    # every row a run may write, allocated once and not zeroed (only the rows written become
+    # resident; the rows kept are copied out at the end): an array the loop could replace (grown
+    # by doubling before) costs numba a reference-count update at every step (~7% of a replay)
+    rec = np.empty((max_steps if record else 1, 8))  # P, D, n_prefill, n_decode, B, K, t_start, ctx_max
     # Members (see the module docstring): running[0:first_x) are decoders that advance
     # implicitly (a member's computed/generated hold its values minus s, the steps since the
     # members were last written back); running[first_x:n_run) are handled one by one.
@@ -729,10 +731,6 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 if new_tok[j] > 0 and generated[r] > 0 and computed[r] < prompt_len[r]:
                     stats[r, T_PREEMPT] += dt  # re-prefilling its prompt after a preemption
         if record:
-            if n_steps == rec.shape[0]:
-                grown = np.empty((min(2 * rec.shape[0], max_steps), 8))
-                grown[:n_steps] = rec
-                rec = grown
             rec[n_steps, 0] = P
             rec[n_steps, 1] = D
             rec[n_steps, 2] = n_p
@@ -816,7 +814,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 k += 1
             j += 1
         n_run = k
-    return status, first_us, done_us, n_steps, n_preempt, rec[:n_steps] if record else rec[:0], stats, timed_out
+    return status, first_us, done_us, n_steps, n_preempt, rec[:n_steps].copy() if record else rec[:0], stats, timed_out
 
 
 @dataclass
