@@ -175,6 +175,26 @@ Where a typical hand-over's full job goes (#772, 1 constant; CPU seconds, one pr
 fold's request overheads), LOMO 4 x 0.11-0.13 (4 replays), high load 0.24 (8), long decode
 0.42 (16); the fits 0.01-0.02 s each. 76 replays are ~90% of it; #703 (8 constants) adds
 0.12-0.21 s of fit per split.
+
+Where the replay's own time went, 2026-11-28 (perf on this VM, no hardware counters: cpu-clock
+samples; numba's JIT code located by dumping the compiled function and reading the return
+address off the stack of each sample in its reference-count stubs): 14% of all samples of a
+loop of replays (~20% of the compiled code's) were numba's atomic reference-count updates
+(`NRT_incref` / `NRT_decref`), mostly of one array: the step record `rec`, which the loop could
+replace (grown by doubling), so numba counted a reference to it at block boundaries of every
+step; then the measured-kernel lookups (`fill_measured`, `lin1`, `lin2`: ~4 pairs a call on
+their array arguments). Fixed in b44db4f without changing a value: `rec` is allocated once at
+the run's step limit (np.empty: only the rows written become resident; the kept rows are copied
+out) and the lookups are inlined (`inline="always"`) with numpy's error model (no raise paths):
+`fill_components` 150 -> 90 ns a call (~245,000 calls in a replay of the 16 experiments);
+the stubs 4% of samples after. A/B interleaved in one process (/tmp script, the 16 embedded
+experiments, best of 8, identical TTFT/E2E hashes), replays of the 16: #677 of the README job
+434 -> 385 ms, linear_physics 321 -> 296 ms (the record fix alone: 356 -> 331, 310 -> 287);
+separate processes, best of 3 x 3 against 60719e6: measured_per_layer 312 -> 273 ms, #677
+363 -> 320 ms. What is left is vLLM's block pool itself: the LRU queue's linked-list pops and
+releases wait on memory (the hottest instructions are the loads of `nxt[b]` / `prv[b]`).
+The full job on the pool moved inside this VM's noise (it ran 20-40% slower for minutes at a
+time that day): `--pool` 1.16 / 2.10 s (60719e6) and 1.09 / 1.86 s (b44db4f), minimum of 3.
 """
 from __future__ import annotations
 

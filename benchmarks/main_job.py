@@ -155,6 +155,15 @@ constant, where revision 1 handed over #1567, a branch on B > 16 that failed 15.
 reasoning requests): LOWO 2.2%, LOMO worst model 12.8%, high load 5.5%, long decode 6.4%, overload
 25.5 points, the same from all 4 starts.
 
+The simulator made ~12% faster bit for bit (b44db4f, benchmarks/bench_full_eval.py: numba's
+reference counting of the step record and of the kernel lookups), the README job at b44db4f
+(10:59-11:17, fresh worktree, nothing else running; load 1.00 -> 1.75): 1079.1 s wall (18.0 min;
+1238.4 s before, -13%), 1.853 eval/s, peak PSS 781 MB (RSS 1062 MB; driver 268), CPU 1991 s
+(2271); the very same search (292 full evaluations, 1,674 screens, 453 refused, 34 twins, 502
+redrawn; frontier 123, hypervolume 47.576; hands over #677 with the same figures), each
+evaluation cheaper: full 3.52 -> 3.10 worker-s, valid screen 0.75 -> 0.65, refused 0.33 -> 0.31.
+1.8x the 10-minute goal.
+
 The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
 own states was ~640 MB RSS once ready, one that adopts them ~340 MB. The archives of the
