@@ -163,6 +163,12 @@ reference counting of the step record and of the kernel lookups), the README job
 redrawn; frontier 123, hypervolume 47.576; hands over #677 with the same figures), each
 evaluation cheaper: full 3.52 -> 3.10 worker-s, valid screen 0.75 -> 0.65, refused 0.33 -> 0.31.
 1.8x the 10-minute goal.
+The trace run at b44db4f (11:19-11:46, same tree, nothing else running; load 0.23 -> 2.02):
+1639.5 s (27.3 min; 1729.9 s before, -5%: the second half of the run ran slower, load ~2 with
+two workers busy, and its full evaluations took 3.65 worker-s on average in the first 10
+minutes, 4.45 over the run), 1.220 eval/s, peak PSS 1340 MB (RSS 1663 MB; driver 430, workers
+522 / 521), CPU 3041 s (3219); again the same search (362 full evaluations, 1,609 screens, 611
+refused, 29 twins, 504 redrawn; frontier 132, hypervolume 47.885; #1277 with the same figures).
 
 The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
