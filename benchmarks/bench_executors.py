@@ -56,6 +56,11 @@ Recorded (trace mode, ../shared/data, 2026-11-23, 2-core machine, nothing else r
   again at 3a4806b (the evaluation unchanged since), 2026-11-27 23:35, load 0.96 before, 1.52
                after: local 1 worker 0.246/s, 2 workers 0.528/s (2.15x); Ray 1 worker 0.270/s,
                2 workers 0.450/s (0.85x the local pool, 1.67x Ray's one worker). Same bytes.
+  again at 5b16c70 (the simulator ~12% faster since, b44db4f), 2026-11-28 13:25, load 0.60
+               before, 1.28 after: local 1 worker 0.251/s, 2 workers 0.536/s (2.14x); Ray 1
+               worker 0.285/s, 2 workers 0.460/s (0.86x the local pool, 1.61x Ray's one
+               worker). 6,781 B out, 55,321 B back; shared states 91.0 MB. The local pool's
+               0.536/s against 0.528/s at 3a4806b: within this VM's noise for six candidates.
 """
 from __future__ import annotations
 

@@ -169,6 +169,13 @@ two workers busy, and its full evaluations took 3.65 worker-s on average in the 
 minutes, 4.45 over the run), 1.220 eval/s, peak PSS 1340 MB (RSS 1663 MB; driver 430, workers
 522 / 521), CPU 3041 s (3219); again the same search (362 full evaluations, 1,609 screens, 611
 refused, 29 twins, 504 redrawn; frontier 132, hypervolume 47.885; #1277 with the same figures).
+The trace run with --seed 1 at 5b16c70 (the judge of b44db4f; 12:44-13:23, my profiling and
+analysis beside it for its first ~15 minutes, so not a timing: 2350.2 s, 0.851 eval/s, CPU 3979 s,
+peak PSS 1507 MB, load 0.25 -> 1.92): 270 full evaluations, 1,717 screens (603 refused after their
+fit), 13 twins, 563 known programs redrawn; frontier 110, hypervolume 47.563. Hands over #1708
+(LOWO 2.2%, LOMO worst model 13.0%, high load 6.0%, long decode 4.1%, overload 24.3 points, the
+same from all 4 starts; its issue-29 figures in docs/failed_requests.md): another draw of the
+same search, better than seed 0's on long decode and overload, no better on LOMO.
 
 The peak grows with the budget as workers compile programs (+82 MB PSS from 80 to 200 before)
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
