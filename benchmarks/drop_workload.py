@@ -17,7 +17,9 @@ max(t_decode_spread, C_T_LM_HEAD * (t_decode_spread + PER_LAYER * layers + C_B *
 P`; on the 12: LOWO 1.5%, LOMO worst model 2.7%, high load 1.7%, no held-out miss). On the 16
 (regime_figures): codellama reasoning 46.8% E2E / 10.9% per token, 70b 22.8% / 6.8% with 48.7%
 failed against 33.3%, 7b 87.6% against 84.8%, mixtral 0% against 68.6%; LOMO 8.4 / 8.9 / 9.4 /
-1.7%, LOWO 1.0 / 2.0 / 1.5%. The runs that saw the reasoning workload hand over programs
+1.7%, LOWO 1.0 / 2.0 / 1.5%. With --seed 1 (1293.8 s, load 0.76 -> 1.99) it hands over the seed
+measured_per_layer (#3): codellama reasoning 67.9% / 15.9%, 70b 39.4% / 12.9% with 0% failed.
+The runs that saw the reasoning workload hand over programs
 7.2-14.9% off on codellama reasoning (docs/failed_requests.md): most of that is the choice.
 """
 from __future__ import annotations
