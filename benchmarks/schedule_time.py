@@ -80,7 +80,9 @@ def per_experiment(gt, durations: pd.DataFrame) -> list[dict]:
         if not len(d):
             continue
         quarters = [float(np.median(q)) / 1e3 for q in np.array_split(d, 4) if len(q)]
-        num = sum(st.itl_s * st.n_requests for st in e.stages if math.isfinite(st.itl_s))  # successes
+        # the loader's per-stage figures (`Stage.itl_s`, over the successes) joined by their request
+        # counts: the run's ratio of sums, since every request asks for the profile's output_len
+        num = sum(st.itl_s * st.n_requests for st in e.stages if math.isfinite(st.itl_s))
         den = sum(st.n_requests for st in e.stages if math.isfinite(st.itl_s))
         tau = num / den * 1e3 if den else math.nan
         ctx = e.system_prompt_len + e.question_len + e.output_len / 2
