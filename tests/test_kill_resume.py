@@ -11,8 +11,9 @@ six on Ray). The driver reports its phases in STEPEVOLVE_PHASE_FILE ("EVENT GENE
 CANDIDATE" lines, and "start-KIND BATCH CANDIDATE" when a worker takes a job); the test kills
 the driver's process group from outside once the phase it wants has begun (a Ray actor is not
 in it: Ray ends the actors of a dead driver). The uninterrupted reference is a local run: the
-archive does not depend on the executor (tests/test_search.py). Budgets are tiny (the 7 seeds
-+ one generation of 2): about 4 minutes on two idle cores, 4-5 more for the Ray cases.
+archive does not depend on the executor (tests/test_search.py). Budgets are tiny (the 8 seeds
++ one candidate of generation 1) and the data small (`small_data`, tests/conftest.py: 6 of the
+16 experiments, every held-out regime kept): what is checked does not depend on its size.
 """
 import contextlib
 import json
@@ -33,9 +34,15 @@ BUDGET = 9  # the 8 seeds and one candidate of generation 1, killed in that gene
 SEED = 2
 _REFERENCE: dict[bool, list] = {}
 _REFERENCE_DB: dict[bool, Path] = {}  # the uninterrupted runs' archives, by held-out setting
+_DATA: list[str] = []  # the module's ground truth (`use_small_data`; none: the embedded default)
 
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def use_small_data(small_data):
+    _DATA[:] = [str(small_data)]
 
 
 def _cmd(db, holdout: bool, *extra, address: str | None = None, budget: int = BUDGET) -> list[str]:
@@ -43,7 +50,8 @@ def _cmd(db, holdout: bool, *extra, address: str | None = None, budget: int = BU
     # --promote-unpinned: the generation killed here is one candidate, which the default would
     # refuse after its fit when a constant is unpinned, leaving no full evaluation to kill
     return [sys.executable, "-m", "evolve.cli", "run", "--budget", str(budget), "--workers", "1",
-            "--archive", str(db), "--handover-starts", "1", "--promote-unpinned", *ray, *extra] + \
+            "--archive", str(db), "--handover-starts", "1", "--promote-unpinned",
+            *(("--data", _DATA[0]) if _DATA else ()), *ray, *extra] + \
         ([] if holdout else ["--no-holdout"])
 
 

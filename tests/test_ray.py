@@ -177,14 +177,14 @@ def two_nodes():
                 os.killpg(p.pid, signal.SIGKILL)
 
 
-def test_two_nodes_share_the_candidates(two_nodes, tmp_path):
+def test_two_nodes_share_the_candidates(two_nodes, tmp_path, small_data):
     address, env = two_nodes
     script = tmp_path / "driver.py"
     # a driver process of its own: Ray reads the authentication mode once per process
     script.write_text(
         "import json\nfrom evolve.ray_pool import RayPool\nfrom evolve.workers import Job\n"
         "from seeds import seed_sources\n"
-        f"pool = RayPool(None, workers=2, timeout_s=600.0, address={address!r})\n"
+        f"pool = RayPool({str(small_data)!r}, workers=2, timeout_s=600.0, address={address!r})\n"
         "got = pool.run([Job(i, s, 'screen') for i, s in enumerate(sorted(seed_sources().values()))])\n"
         "print(json.dumps({'valid': [r.valid for r in got], 'nodes': len(pool.nodes)}))\npool.close()\n")
     r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
@@ -215,13 +215,14 @@ def test_actors_end_with_a_killed_driver(two_nodes, tmp_path):
     assert not any(_alive(x) for x in pids), "actors outlived their driver"
 
 
-def test_evolve_run_on_the_cluster_killed_and_resumed(two_nodes, tmp_path):
+def test_evolve_run_on_the_cluster_killed_and_resumed(two_nodes, tmp_path, small_data):
     """`evolve run --executor ray --ray-address` end to end: the driver is SIGKILLed mid-run,
     and `--resume` on the same cluster finishes it with every stored candidate kept."""
     address, env = two_nodes
     db = tmp_path / "cluster.db"
     cmd = [sys.executable, "-m", "evolve.cli", "run", "--no-holdout", "--workers", "2", "--executor", "ray",
-           "--ray-address", address, "--archive", str(db), "--generation-size", "2", "--seed", "3"]
+           "--ray-address", address, "--archive", str(db), "--generation-size", "2", "--seed", "3",
+           "--data", str(small_data)]  # the small ground truth (tests/conftest.py)
     p = subprocess.Popen([*cmd, "--budget", "10"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          cwd=ROOT, start_new_session=True)
     deadline = time.monotonic() + 600

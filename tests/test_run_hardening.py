@@ -22,7 +22,7 @@ HOSTILE = [
 ]
 
 
-def test_hostile_replies_and_spend_cap(tmp_path, monkeypatch):
+def test_hostile_replies_and_spend_cap(tmp_path, monkeypatch, small_data):
     """Every reply is hostile; none ends the run. 380 tokens a call and a 1,500-token cap:
     two generations of two calls, then the offline operator; a resume keeps the cap."""
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
@@ -35,7 +35,7 @@ def test_hostile_replies_and_spend_cap(tmp_path, monkeypatch):
             return 200, chat_completion(HOSTILE[n["i"] % len(HOSTILE)], prompt_tokens=300, completion_tokens=80)
         stub.handler = handle
         cfg = RunConfig(budget=N_SEEDS + 4, seed=3, workers=1, generation_size=2, holdout=False,
-                        llm="openai/stub-model", llm_base=stub.api_base, max_llm_tokens=1500)
+                        llm="openai/stub-model", llm_base=stub.api_base, max_llm_tokens=1500, data=str(small_data))
         s = Search(cfg, arch)
         s.llm.max_retries = 0
         run_id = s.start()
@@ -60,13 +60,13 @@ def test_hostile_replies_and_spend_cap(tmp_path, monkeypatch):
         assert arch.get_run(run_id)["n_evaluated"] >= N_SEEDS + 6
 
 
-def test_resume_of_a_run_that_stored_nothing_starts_it(tmp_path):
+def test_resume_of_a_run_that_stored_nothing_starts_it(tmp_path, small_data):
     """Killed before a seed was stored: `--resume` evaluates the seeds and finishes; in a log
     it writes progress lines (every second here instead of 30). Stored by a version before the
     judge had a revision, it says in one line that its scores and the new ones may differ."""
     db = tmp_path / "k.db"
     arch = Archive(db)
-    cfg = RunConfig(budget=N_SEEDS, seed=1, workers=1, holdout=False)
+    cfg = RunConfig(budget=N_SEEDS, seed=1, workers=1, holdout=False, data=str(small_data))
     old = {k: v for k, v in cfg.to_json().items() if k != "judge"}  # as a version before revisions stored it
     run_id = arch.start_run(old, cfg.seed, None, cfg.budget)  # what a kill before the seeds leaves
     arch.close()
@@ -96,7 +96,7 @@ def _file_size_limit():
     resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_LIMIT, FSIZE_LIMIT))
 
 
-def test_a_full_disk_stops_the_run_in_one_line_and_it_resumes(tmp_path):
+def test_a_full_disk_stops_the_run_in_one_line_and_it_resumes(tmp_path, small_data):
     """Issue 33: the archive cannot grow mid-run. The run stops with one line that names the
     cause and the run to resume, keeps every candidate it wrote, and `--resume` (with room
     again) finishes the budget with the archive an uninterrupted run leaves."""
@@ -107,7 +107,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_it_resumes(tmp_path):
     from test_kill_resume import BUDGET, SEED, content
     db = tmp_path / "full.db"
     cmd = [sys.executable, "-m", "evolve.cli", "run", "--budget", str(BUDGET), "--workers", "1", "--no-holdout",
-           "--seed", str(SEED)]
+           "--seed", str(SEED), "--data", str(small_data)]  # the small ground truth (tests/conftest.py)
     r = subprocess.run([*cmd, "--archive", str(db)], capture_output=True, text=True, timeout=900,
                        preexec_fn=_file_size_limit)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]

@@ -1,8 +1,11 @@
-"""The evolution loop on the embedded default: reproducible, resumable, survives runaway candidates."""
+"""The evolution loop: reproducible, resumable, survives runaway candidates. Its runs use the
+small ground truth (`small_data`, tests/conftest.py: 6 of the 16 experiments, every held-out
+regime kept): what they check does not depend on the data's size, and a run costs half."""
 import json
 import sqlite3
 import time
 
+import pytest
 
 from evolve.archive import Archive
 from evolve.config import RunConfig
@@ -11,11 +14,19 @@ from evolve.workers import WAIT_CAP_S, Job, WorkerPool
 from seeds import seed_sources
 
 
+DATA: list[str] = []  # the runs' ground truth (`use_small_data`)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def use_small_data(small_data):
+    DATA[:] = [str(small_data)]
+
+
 def _run(tmp_path, name, workers, budget=9, seed=3, holdout=False, executor="local"):
     """A short offline run; in-sample ranking unless `holdout` (the held-out splits cost ~4x)."""
     arch = Archive(tmp_path / name)
     s = Search(RunConfig(budget=budget, seed=seed, workers=workers, generation_size=4, holdout=holdout,
-                         executor=executor), arch)
+                         executor=executor, data=DATA[0]), arch)
     try:
         s.start()
         out = s.loop()
@@ -54,7 +65,7 @@ def test_same_seed_same_archive_whatever_the_workers_and_executor(tmp_path):
 def test_resume_continues_to_the_new_budget(tmp_path):
     arch, out = _run(tmp_path, "r.db", workers=1, budget=7)
     run_id = out["run_id"]
-    s = Search(RunConfig(budget=11, seed=3, workers=1, generation_size=4, holdout=False), arch)
+    s = Search(RunConfig(budget=11, seed=3, workers=1, generation_size=4, holdout=False, data=DATA[0]), arch)
     s.resume(run_id)
     assert len(s.state.members) >= 5
     s.loop()
@@ -208,7 +219,7 @@ def test_heldout_run_ranks_on_heldout_errors(tmp_path):
     # is what one process makes from the screen's constants
     cut = [arch.program(r["id"]) for r in full if r["generation"] > 0]
     assert cut, "no screened candidate earned a full evaluation"
-    ev = Evaluator(load(None))
+    ev = Evaluator(load(DATA[0]))
     for rec in cut:
         whole = ev.evaluate(parse_program(rec["source"]), start=rec["evaluation"]["constants"], heldout=True)
         assert json.dumps(whole.objectives, sort_keys=True) == json.dumps(rec["objectives"], sort_keys=True)
@@ -259,7 +270,7 @@ def test_a_screen_whose_constants_the_data_cannot_pin_is_refused_after_its_fit(t
     from evaluator.records import unpinned
     from evolve.search import Candidate
     arch = Archive(tmp_path / "p.db")
-    s = Search(RunConfig(budget=20, seed=1, workers=1, generation_size=4, holdout=False), arch)
+    s = Search(RunConfig(budget=20, seed=1, workers=1, generation_size=4, holdout=False, data=DATA[0]), arch)
     try:
         run_id = s.start()
         s.generation = 1

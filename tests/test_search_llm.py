@@ -46,14 +46,14 @@ def _programs(db):
     return rows
 
 
-def test_llm_run_then_exact_replay(tmp_path, monkeypatch):
+def test_llm_run_then_exact_replay(tmp_path, monkeypatch, small_data):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     db = tmp_path / "a.db"
     arch = Archive(db)
     with StubServer() as stub:
         stub.handler = _handler()
         cfg = RunConfig(budget=BUDGET, seed=5, workers=1, generation_size=4, holdout=False, llm="openai/stub-model",
-                        llm_base=stub.api_base)
+                        llm_base=stub.api_base, data=str(small_data))  # the small ground truth (tests/conftest.py)
         s = Search(cfg, arch)
         s.llm.max_retries = 0
         run_id = s.start()
@@ -80,7 +80,7 @@ def test_llm_run_then_exact_replay(tmp_path, monkeypatch):
     dst.close()
     arch2 = Archive(db2)
     cfg2 = RunConfig(budget=BUDGET, seed=5, workers=1, generation_size=4, holdout=False, llm="openai/stub-model",
-                     llm_base="http://127.0.0.1:9/v1", replay=run_id)
+                     llm_base="http://127.0.0.1:9/v1", replay=run_id, data=str(small_data))
     s2 = Search(cfg2, arch2)
     run2 = s2.start()
     s2.loop()
@@ -93,7 +93,7 @@ def test_llm_run_then_exact_replay(tmp_path, monkeypatch):
     assert llm_a and [x[0] for x in llm_a] == [x[0] for x in llm_b]
 
 
-def test_lying_and_stuck_server_under_a_cost_cap(tmp_path, monkeypatch):
+def test_lying_and_stuck_server_under_a_cost_cap(tmp_path, monkeypatch, small_data):
     """Issue 33: a server that stalls past the call deadline, then reports a negative cost. The
     stuck call is a recorded failure, the lie stops the LLM (named by call index and model), the
     run finishes with the offline operator and the spend never passes the cap, resume included."""
@@ -112,7 +112,7 @@ def test_lying_and_stuck_server_under_a_cost_cap(tmp_path, monkeypatch):
         stub.push_hostile("stall")  # the first call never completes
         cfg = RunConfig(budget=BUDGET + 4, seed=5, workers=1, generation_size=2, holdout=False,
                         llm="openai/stub-model", llm_base=stub.api_base, max_llm_cost=0.5,
-                        llm_price_in=1.0, llm_price_out=4.0, llm_timeout=2.0)
+                        llm_price_in=1.0, llm_price_out=4.0, llm_timeout=2.0, data=str(small_data))
         s = Search(cfg, arch)
         s.llm.max_retries = 0
         run_id = s.start()

@@ -92,7 +92,7 @@ def test_a_command_still_imports_what_it_runs(tmp_path):
     assert out.returncode != 0 and out.stderr.strip().startswith("error: ") and "Traceback" not in out.stderr
 
 
-def test_the_search_driver_loads_no_solver(tmp_path):
+def test_the_search_driver_loads_no_solver(tmp_path, small_data):
     """The driver of `evolve run` schedules, archives and checks programs; its workers fit. SciPy's
     solvers and statistics cost each process that imports them ~60 MB (issue 31's 1 GB goal), so
     the driver must not load them, even after a run whose workers fitted programs."""
@@ -101,7 +101,7 @@ import evolve.cli
 out, err = io.StringIO(), io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     evolve.cli.main(["run", "--budget", "4", "--workers", "1", "--seed", "0", "--handover-starts", "2",
-                     "--archive", {str(tmp_path / "a.db")!r}])
+                     "--archive", {str(tmp_path / "a.db")!r}, "--data", {str(small_data)!r}])
 import json, re, sqlite3
 from seeds import seed_sources
 # a budget below the seed programs is said, and the progress counts against what the run makes
