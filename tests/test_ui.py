@@ -67,13 +67,13 @@ def _chromium() -> str | None:
 # ---------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """A real archive: a 7-evaluation offline run on the embedded data, plus three extra
-    programs stored in the same run (one over the Go cap, one with hostile text, one with a
-    dead conditional)."""
+def built(tmp_path_factory, small_data):
+    """A real archive: a 7-evaluation offline run on the small ground truth (tests/conftest.py),
+    plus three extra programs stored in the same run (one over the Go cap, one with hostile
+    text, one with a dead conditional)."""
     path = tmp_path_factory.mktemp("ui") / "archive.db"
     archive = Archive(path)
-    search = Search(RunConfig(budget=7, seed=1, workers=1, generation_size=2), archive)
+    search = Search(RunConfig(budget=7, seed=1, workers=1, generation_size=2, data=str(small_data)), archive)
     run = search.start()
     search.loop()
     best = archive.best(run)
