@@ -66,15 +66,23 @@ def test_the_ideal_point_comes_from_competitive_programs():
 
 
 @pytest.fixture(scope="module")
-def handover_archive(tmp_path_factory, evaluator, data_dir):
-    """A run of two held-out full evaluations on the shared data: a one-constant program and the
-    same without its constant."""
+def small_ev(small_data):
+    """The judge on the small ground truth (tests/conftest.py): the hand-over refits on it."""
+    from evaluator.data import load_ground_truth
+    from evaluator.evaluate import Evaluator
+    return Evaluator(load_ground_truth(small_data))
+
+
+@pytest.fixture(scope="module")
+def handover_archive(tmp_path_factory, small_ev, small_data):
+    """A run of two held-out full evaluations on the small ground truth: a one-constant program
+    and the same without its constant."""
     path = tmp_path_factory.mktemp("ho") / "a.db"
     a = Archive(path)
-    run = a.start_run({"data": str(data_dir), "holdout": True, "handover_starts": 2}, seed=0, budget=2)
+    run = a.start_run({"data": str(small_data), "holdout": True, "handover_starts": 2}, seed=0, budget=2)
     evs = {}
     for src in (ONE_CONSTANT, NO_CONSTANT):
-        ev = evaluator.evaluate(parse_program(src), heldout=True)
+        ev = small_ev.evaluate(parse_program(src), heldout=True)
         assert ev.valid, ev.error
         evs[src] = ev
         a.add_candidate(run, src, operator="seed", evaluation=ev)
@@ -87,7 +95,7 @@ def _handover(path, run, *extra):
                            "--workers", "1", *extra], capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
-def test_handover_command_fits_the_shortlist_from_its_starts_once(handover_archive, evaluator):
+def test_handover_command_fits_the_shortlist_from_its_starts_once(handover_archive, small_ev):
     path, run, evs = handover_archive
     # --shortlist 1 weighs the first program alone; the full pass then fits only the other
     first = _handover(path, run, "--starts", "2", "--shortlist", "1")
@@ -104,7 +112,7 @@ def test_handover_command_fits_the_shortlist_from_its_starts_once(handover_archi
     one = rec[ONE_CONSTANT]["evaluation"]["fit_starts"]
     assert one["starts"] == 2 and len(one["records"]) == 2
     # the worker's start 1 is the in-process one; start 0 is the archived evaluation
-    local = evaluate_starts(evaluator, parse_program(ONE_CONSTANT), 2, first=evs[ONE_CONSTANT])
+    local = evaluate_starts(small_ev, parse_program(ONE_CONSTANT), 2, first=evs[ONE_CONSTANT])
     assert one["records"][1]["start_constants"] == local[1]["start_constants"]
     assert one["records"][1]["valid"] == local[1]["valid"]
     for k, v in local[1]["regimes"].items():
