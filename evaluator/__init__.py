@@ -1,13 +1,23 @@
 """The judge: ground-truth data, analytical components, per-step scoring and the vLLM-like simulator."""
 import hashlib as _hashlib
 import os as _os
+import platform as _platform
 from pathlib import Path as _Path
 
 # One BLAS thread per process: evaluations run in parallel processes already, and a
 # multithreaded SVD inside least_squares on a loaded 2-core machine ran 13x slower (0.175 s vs
-# 0.013 s for a 13,000 x 9 Jacobian). Set before numpy loads; a user's own setting wins.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    _os.environ.setdefault(_var, "1")
+# 0.013 s for a 13,000 x 9 Jacobian).
+# One BLAS kernel set on every x86-64 machine: OpenBLAS picks its kernels by CPU, and an SVD in
+# the fit then differs in the last bits (measured 2026-11-28: the native, Sandybridge and Prescott
+# kernels gave three different fitted constants of the same seed, 1e-11 to 1e-7 relative), which
+# a search amplifies: the README job with seed 0 handed over #677, and two days later on another
+# machine (AMD EPYC, AVX2), the search's code unchanged, #766. Sandybridge's kernels (AVX: every x86-64 server CPU since 2011) ran no
+# slower than the native ones here. Set before numpy loads (worker processes inherit them, Ray
+# actors get them through their runtime environment); a user's own setting wins.
+PINNED_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              **({"OPENBLAS_CORETYPE": "Sandybridge"} if _platform.machine().lower() in ("x86_64", "amd64") else {})}
+for _var, _value in PINNED_ENV.items():
+    _os.environ.setdefault(_var, _value)
 
 
 def _drop_stale_numba_caches() -> None:

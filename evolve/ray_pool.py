@@ -28,6 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from evaluator import PINNED_ENV
 from evaluator.data import load
 from evaluator.evaluate import Evaluator
 from evaluator.records import Evaluation
@@ -109,8 +110,11 @@ class RayPool(Executor):
             self.owns = True
         gt = load(data_dir)
         self.gt_ref = ray.put(gt)
-        self.shared_ref = ray.remote(num_cpus=1)(_shared_states).remote(self.gt_ref, train_fraction, heldout)
-        self.actor_cls = ray.remote(num_cpus=1)(_RayWorker)
+        # the driver's BLAS settings (evaluator.PINNED_ENV): a cluster's nodes did not inherit them
+        env = {"env_vars": {k: os.environ[k] for k in PINNED_ENV if k in os.environ}}
+        self.shared_ref = ray.remote(num_cpus=1, runtime_env=env)(_shared_states).remote(self.gt_ref, train_fraction,
+                                                                                          heldout)
+        self.actor_cls = ray.remote(num_cpus=1, runtime_env=env)(_RayWorker)
         self.train_fraction = train_fraction
         self.slots = [self._new_slot() for _ in range(max(1, workers))]
         self.place_warn_s = PLACE_WARN_S
