@@ -181,6 +181,17 @@ The peak grows with the budget as workers compile programs (+82 MB PSS from 80 t
 until recycled. In one process (embedded data): imports ~280 MB RSS; a worker that made its
 own states was ~640 MB RSS once ready, one that adopts them ~340 MB. The archives of the
 before and after runs of --budget 200 are identical but for seconds and timestamps.
+
+The README job on another machine (2026-11-28, AMD EPYC with AVX2; fresh worktrees, nothing else
+running). At c6ac23b (the search's code unchanged since b44db4f): 1401.5 s, CPU 2541 s, peak PSS
+932 MB, 297 full evaluations, frontier 109, hands over #766. That is not b44db4f's archive: OpenBLAS
+picks its kernels by CPU and the fits' last bits moved. With the kernel set pinned (60c7efd,
+`evaluator.PINNED_ENV`), at a33e971, load 0.59 -> 1.82: 1329.0 s (22.2 min; goal 10), 1.505 eval/s,
+CPU 2372 s (driver 83 s), peak PSS 927 MB (RSS 1208 MB; driver 475), 246 full evaluations, 1,728
+screens (545 refused), 26 twins, 652 redrawn; frontier 106, hypervolume 42.249. It hands over
+#1343 (`t_step_measured + (PER_LAYER + C_P * abs(P) + C_T * t_prefill_attn) * layers +
+t_decode_spread`): LOWO 1.9%, LOMO worst model 6.0%, high load 3.3%, long decode 16.2%, overload
+30.9 points. This VM is slower than b44db4f's: it took more CPU for fewer full evaluations.
 """
 from __future__ import annotations
 
