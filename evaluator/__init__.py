@@ -11,9 +11,10 @@ from pathlib import Path as _Path
 # the fit then differs in the last bits (measured 2026-11-28: the native, Sandybridge and Prescott
 # kernels gave three different fitted constants of the same seed, 1e-11 to 1e-7 relative), which
 # a search amplifies: the README job with seed 0 handed over #677, and two days later on another
-# machine (AMD EPYC, AVX2), the search's code unchanged, #766. Sandybridge's kernels (AVX: every x86-64 server CPU since 2011) ran no
-# slower than the native ones here. Set before numpy loads (worker processes inherit them, Ray
-# actors get them through their runtime environment); a user's own setting wins.
+# machine (AMD EPYC, AVX2), the search's code unchanged, #766. Sandybridge's kernels (AVX: every
+# x86-64 server CPU since 2011) ran no slower than the native ones here. Set before numpy loads
+# (worker processes inherit them, Ray actors get them through their runtime environment); a
+# user's own setting wins.
 PINNED_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               **({"OPENBLAS_CORETYPE": "Sandybridge"} if _platform.machine().lower() in ("x86_64", "amd64") else {})}
 for _var, _value in PINNED_ENV.items():

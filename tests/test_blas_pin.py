@@ -2,19 +2,20 @@
 (`evaluator.PINNED_ENV`) before numpy loads, as OpenBLAS otherwise picks kernels by CPU and an
 SVD differs in its last bits, which a search amplifies into another archive."""
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from evaluator import PINNED_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 # an SVD of the fit's shape (a 13,000 x 9 Jacobian over six decades), its bits hashed
 SVD = ("import hashlib, numpy as np\nfrom scipy.linalg import svd\n"
        "J = np.random.default_rng(3).standard_normal((13000, 9)) * np.logspace(0, 6, 9)\n"
        "_, s, vt = svd(J, full_matrices=False)\nprint(hashlib.sha256(s.tobytes() + vt.tobytes()).hexdigest())\n")
-x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the pin is x86-64's")
+x86 = pytest.mark.skipif("OPENBLAS_CORETYPE" not in PINNED_ENV, reason="the kernel set is pinned on x86-64 only")
 
 
 def _svd(first: str = "", **env) -> str:
@@ -27,9 +28,8 @@ def _svd(first: str = "", **env) -> str:
 
 @x86
 def test_importing_the_judge_pins_the_kernels_before_numpy_loads():
-    from evaluator import PINNED_ENV
     pinned = _svd("import evaluator\n")
     assert pinned == _svd(OPENBLAS_CORETYPE=PINNED_ENV["OPENBLAS_CORETYPE"])
     assert pinned == _svd("import evolve.cli\n")  # the CLI, whose workers inherit it
-    assert _svd("import evaluator\n", OPENBLAS_CORETYPE="Prescott") == _svd(OPENBLAS_CORETYPE="Prescott")  # a user's wins
-
+    # a user's own setting wins
+    assert _svd("import evaluator\n", OPENBLAS_CORETYPE="Prescott") == _svd(OPENBLAS_CORETYPE="Prescott")
