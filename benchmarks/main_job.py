@@ -192,6 +192,17 @@ screens (545 refused), 26 twins, 652 redrawn; frontier 106, hypervolume 42.249. 
 #1343 (`t_step_measured + (PER_LAYER + C_P * abs(P) + C_T * t_prefill_attn) * layers +
 t_decode_spread`): LOWO 1.9%, LOMO worst model 6.0%, high load 3.3%, long decode 16.2%, overload
 30.9 points. This VM is slower than b44db4f's: it took more CPU for fewer full evaluations.
+Again at 9d60a56 (the same search code; 2026-11-28 19:38-20:01, a new session on the same kind of
+VM, fresh worktree, ~1 min of niced checks beside it; load 0.13 -> 2.04): 1357.9 s (22.6 min),
+1.473 eval/s, CPU 2435 s (driver 85 s), peak PSS 925 MB (RSS 1215 MB; driver 500): the very same
+archive (246 full, 1,728 screens, 545 refused, 26 twins, 652 redrawn; frontier 106, hypervolume
+42.249; #1343 with the same figures), so a seed reproduces across sessions under the pin.
+The trace run at 9d60a56 (20:03-20:37, same tree, nothing else running; load 0.88 -> 1.90):
+2030.1 s (33.8 min; goal 12), 0.985 eval/s, CPU 3672 s (driver 47 s), peak PSS 1362 MB (RSS 1686
+MB; driver 413); 260 full evaluations, 1,712 screens (555 refused), 28 twins, 478 redrawn;
+frontier 84, hypervolume 47.919. Hands over #652 (`t_step_measured + t_lm_head * layers +
+C * t_step_measured + t_decode_spread`, one constant, the same from all 4 starts): LOWO 2.9%,
+LOMO worst model 10.8%, high load 9.1%, long decode 0.6%, overload 24.4 points.
 """
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from evaluator.physics import check_by_model, measured_read, model_grids
 from evaluator.predict import StoredProgram
 from evaluator.program import parse_program
 from evaluator.records import Evaluation
-from evaluator.served_shapes import HOLDS, NOT_CHECKABLE, VIOLATED, check_served_shapes, served_deployments
+from evaluator.served_shapes import (HOLDS, NOT_CHECKABLE, VIOLATED, check_served_shapes, served_deployments,
+                                     served_line)
 from evolve.archive import Archive
 from evolve.views.tables import frontier_table
 from seeds import seed_sources
@@ -81,6 +82,9 @@ def test_measured_kernel_program_without_tables_is_not_checkable(embedded):
     res = check_served_shapes(stored(seed_sources()["measured"]), embedded)
     assert all(r.status == NOT_CHECKABLE for r in res)
     assert all("component t_step_measured cannot be computed" in r.why for r in res)
+    line = served_line(res)  # nothing checked: the line must not read as a verdict ("none")
+    assert line.startswith("Physical on served shapes: not checked here; not checkable: ")
+    assert "none" not in line and all(r.name in line for r in res)
 
 
 def test_measured_kernel_program_with_the_data_tables_holds(gt):
