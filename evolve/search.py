@@ -276,7 +276,8 @@ class Search:
     def _phase(self, what: str, index: int = -1) -> None:
         """'EVENT GENERATION CANDIDATE' lines in STEPEVOLVE_PHASE_FILE, for tests and
         benchmarks/kill_resume.py to kill a run at a chosen phase and count the work it lost:
-        screen/full (jobs handed to the workers), result-screen/result-full, write."""
+        screen/full (jobs handed to the workers), result-screen/result-full (received),
+        kept-screen/kept-full (stored in the pending table), write (the candidate stored)."""
         if self._phase_file:
             with open(self._phase_file, "a") as f:
                 f.write(f"{what} {self.generation} {index}\n")
@@ -591,6 +592,7 @@ class Search:
                 if job.index not in written:
                     self.archive.put_pending(self.run_id, hashes[job.index].program.hash, job.kind, ev)
                     kept = True
+                    self._phase(f"kept-{job.kind}", job.index)
             if screen:
                 for i, c in todo[k + 1:]:
                     if pool.spare() <= 0:

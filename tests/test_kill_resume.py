@@ -140,11 +140,13 @@ def lost(killed, resumed) -> set:
 
 
 def redone(killed, resumed) -> set:
-    """Jobs whose result the killed run had received and the resumed run ran again: none (a
-    result not written yet is kept in the archive's pending table), so a kill loses only the
-    job in flight."""
-    got = {(w, g, i) for w, g, i in killed if w.startswith("result-")}
-    return got & {(w, g, i) for w, g, i in resumed if w.startswith("result-")}
+    """Jobs whose result the killed run had stored (its candidate written, or the result kept
+    in the archive's pending table) and the resumed run ran again: none. A result received in
+    the moment before it is stored is lost like the job in flight (a kill once fell there)."""
+    written = {(g, i) for w, g, i in killed if w == "write"}
+    stored = {("result-" + w[len("kept-"):], g, i) for w, g, i in killed if w.startswith("kept-")} | \
+        {(w, g, i) for w, g, i in killed if w.startswith("result-") and (g, i) in written}
+    return stored & {(w, g, i) for w, g, i in resumed if w.startswith("result-")}
 
 
 def kill_at(db, phase_file, holdout: bool, phase: str, timeout: float = 600, address: str | None = None,
@@ -219,9 +221,9 @@ def check_kill_and_resume(tmp_path, ref: dict, holdout: bool, phase: str, addres
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
     resumed = _events(tmp_path / "phases2")
-    # lost: the job in flight, and under a held lock the result the run was writing; never a
-    # result it had received before (kept in the archive's pending table)
-    assert len(redone(killed["events"], resumed)) <= phase.startswith("lock")
+    # lost: the job in flight, a result not stored yet (under a held lock, the one the run was
+    # writing); never a result it had stored (written, or kept in the archive's pending table)
+    assert not redone(killed["events"], resumed)
     assert len(lost(killed["events"], resumed)) <= 1  # one worker: at most one candidate's work
     if not phase.startswith("lock"):  # the kill came while a worker ran a job the resumed run redid
         assert lost(killed["events"], resumed), killed["events"][-6:]
