@@ -286,8 +286,9 @@ def _kernels_for(gt: GroundTruth, arch: dict, model: str, tp: int, hw: dict):
     emb = load_default_table().get("kernels", {}).get(f"{model}@tp{tp}")
     if emb is not None:
         return np.asarray(emb["flat"], np.float64), list(emb["notes"]), ""
-    return None, [], (f"no kernel tables for {model} at TP {tp}: the embedded table reduces only the measured "
-                      f"deployments; give --data DIR with kernels/ (layout of shared/data)")
+    return None, [], (f"no kernel tables for {model} at TP {tp}: the embedded table reduces the measured "
+                      f"deployments and the shipped configs at their served TPs; give --data DIR with kernels/ "
+                      f"(layout of shared/data)")
 
 
 def make_deployment(gt: GroundTruth, model: str, tp: int | None = None, max_num_seqs: int | None = None,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from evaluator.components import MEASURED_NAMES
+from evaluator.data import build_default_table
 from evaluator.model_configs import shipped_models
 from evaluator.physics import DEFAULT_MAX_MODEL_LEN, check_by_model, extrapolation_grid, measured_read
 from evaluator.predict import (Deployment, PredictError, StoredProgram, check_components, constants_for,
@@ -76,6 +77,26 @@ def served_deployments(gt) -> dict[str, Deployment | str]:
         _DEPLOYMENTS.clear()
     _DEPLOYMENTS[id(gt)] = (gt, out)
     return out
+
+
+def served_kernel_tables(gt) -> dict[str, dict]:
+    """Each shipped config's kernel reduction at its served TP, keyed as the embedded table keys
+    a deployment's ('model@tpN'): without them the embedded default could not check the served
+    shapes of a program on measured kernels, nor `evolve predict` a shipped config, and the
+    hand-over counted "not checkable" as usable."""
+    out = {}
+    for dep in served_deployments(gt).values():
+        if not isinstance(dep, str) and dep.kernels is not None:
+            out[f"{dep.model}@tp{dep.tp}"] = {"flat": [float(v) for v in dep.kernels], "notes": list(dep.kernel_notes)}
+    return out
+
+
+def default_table(gt) -> dict:
+    """The table `evolve make-default` embeds: the data's experiments and kernel tables
+    (`data.build_default_table`) and the shipped configs' at their served TPs."""
+    t = build_default_table(gt)
+    t["kernels"] = {**served_kernel_tables(gt), **t["kernels"]}
+    return t
 
 
 def check_served_shapes(stored: StoredProgram, gt) -> list[ServedShape]:

@@ -106,14 +106,16 @@ def cmd_baselines(args) -> int:
 
 
 def cmd_make_default(args) -> int:
-    from evaluator.data import build_default_table, load_ground_truth
+    from evaluator.data import load_ground_truth
+    from evaluator.served_shapes import default_table
     try:
         gt = load_ground_truth(args.data)
     except DataError as e:
         sys.exit(f"error: {e}")
     out = Path(args.output)
-    out.write_text(json.dumps(build_default_table(gt), indent=1, sort_keys=True) + "\n")
-    print(f"wrote {out} ({len(gt.experiments)} experiments)")
+    table = default_table(gt)
+    out.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {out} ({len(gt.experiments)} experiments, kernel tables for {len(table['kernels'])} deployments)")
     return 0
 
 

@@ -38,7 +38,14 @@ def test_per_token_time_relation_reproduces_reported_itl(gt):
 
 
 def test_embedded_default_regenerates_from_shared_data(gt):
-    assert build_default_table(gt) == json.loads(json.dumps(load_default_table()))
+    from evaluator.served_shapes import default_table
+    table = default_table(gt)
+    assert table == json.loads(json.dumps(load_default_table()))
+    # the measured deployments' kernel tables, and each shipped config's at its served TP
+    measured = build_default_table(gt)["kernels"]
+    assert set(measured) == {f"{e.model}@tp{e.tp}" for e in gt.experiments}
+    assert set(table["kernels"]) - set(measured) == {"llama-3.1-70b@tp2", "llama-3.1-8b@tp1", "mixtral-8x22b@tp4",
+                                                       "mistral-nemo-instruct-2407@tp1", "qwen2.5-7b@tp1"}
     d = load_default()
     assert d.mode == "spec" and len(d.experiments) == 16
 

@@ -148,6 +148,21 @@ def test_component_not_computable_names_it(capsys, tmp_path):
     assert "\n" not in err.strip()
 
 
+def test_measured_kernel_program_predicts_a_shipped_config_from_the_embedded_table(capsys, tmp_path):
+    """The embedded table holds each shipped config's kernel tables at its served TP (1 for an 8B
+    model), so a program on measured kernels predicts it without --data; the step is the kernels'."""
+    (tmp_path / "m.py").write_text(seed_sources()["measured"])
+    (tmp_path / "m.json").write_text(json.dumps({"constants": {"*": [0.0], "llama-2-7b": [0.0]},
+                                                  "overheads": {"llama-2-7b": OVH}}))
+    rc, out, err = run_cli(capsys, str(tmp_path / "m.py"), "--constants", str(tmp_path / "m.json"),
+                           "--model", "Llama-3.1-8B-Instruct", "--rate", "0.05", "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["deployment"]["tp"] == 1 and res["points"][0]["fail"] == 0.0
+    itl = res["points"][0]["itl"]["p50"]
+    assert 0.004 < itl < 0.012  # one request's decode step of an 8B model on one H100: ~6-8 ms
+
+
 def test_program_file_needs_constants(capsys, const_files):
     rc, out, err = run_cli(capsys, const_files[0], "--model", "codellama-34b", "--rate", "1")
     assert rc == 1 and "needs --constants" in err

@@ -78,8 +78,15 @@ def test_a_program_below_the_floor_only_at_a_served_shape_is_flagged_by_name(emb
     assert all(r.status == HOLDS for r in res.values())
 
 
-def test_measured_kernel_program_without_tables_is_not_checkable(embedded):
-    res = check_served_shapes(stored(seed_sources()["measured"]), embedded)
+def test_measured_kernel_program_without_tables_is_not_checkable(monkeypatch):
+    from evaluator import predict, served_shapes
+    from evaluator.data import load_default_table
+    table = load_default_table()  # as before `evolve make-default` embedded the shipped configs' tables
+    table["kernels"] = {k: v for k, v in table["kernels"].items() if k.split("@")[0] in
+                        {"codellama-34b", "llama-2-70b", "llama-2-7b", "mixtral-8x7b"}}
+    monkeypatch.setattr(predict, "load_default_table", lambda: table)
+    monkeypatch.setattr(served_shapes, "_DEPLOYMENTS", {})
+    res = check_served_shapes(stored(seed_sources()["measured"]), load(None))
     assert all(r.status == NOT_CHECKABLE for r in res)
     assert all("component t_step_measured cannot be computed" in r.why for r in res)
     line = served_line(res)  # nothing checked: the line must not read as a verdict ("none")
@@ -90,6 +97,17 @@ def test_measured_kernel_program_without_tables_is_not_checkable(embedded):
 def test_measured_kernel_program_with_the_data_tables_holds(gt):
     res = check_served_shapes(stored(seed_sources()["measured"]), gt)
     assert {r.model: r.status for r in res} == {m: HOLDS for m in EXPECTED_TP}
+
+
+def test_the_embedded_default_checks_measured_kernel_programs(embedded):
+    """The embedded table holds each shipped config's kernel tables at its served TP, so a program on
+    measured kernels is checked there as on the data: a violation is found, not passed as unknown."""
+    res = check_served_shapes(stored(seed_sources()["measured"]), embedded)
+    assert {r.model: (r.tp, r.status) for r in res} == {m: (tp, HOLDS) for m, tp in EXPECTED_TP.items()}
+    below = stored(seed_sources()["measured"].replace("return OVERHEAD + t_step_measured",
+                                                      "return 0.0 * OVERHEAD + 0.1 * t_step_measured"))
+    bad = by_model(check_served_shapes(below, embedded))
+    assert all(r.status == VIOLATED and "below the hardware floor" in r.why for r in bad.values())
 
 
 def test_coverage_states_the_served_shapes(embedded, tmp_path):
