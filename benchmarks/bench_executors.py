@@ -61,6 +61,10 @@ Recorded (trace mode, ../shared/data, 2026-11-23, 2-core machine, nothing else r
                worker 0.285/s, 2 workers 0.460/s (0.86x the local pool, 1.61x Ray's one
                worker). 6,781 B out, 55,321 B back; shared states 91.0 MB. The local pool's
                0.536/s against 0.528/s at 3a4806b: within this VM's noise for six candidates.
+Again at 1c1b892 (--data ../shared/data --heldout --jobs 6, 2026-11-28 23:54, a new session's VM,
+nothing else running; load 0.37 -> 1.21): local 1 worker 0.256/s (0.49x), 2 workers 0.527/s;
+Ray 1 worker 0.266/s (0.50x), 2 workers 0.533/s (1.01x). 6,781 B out, 55,332 B back per
+candidate; once per run 21.9 MB of ground truth, 91.0 MB of shared states.
 """
 from __future__ import annotations
 

@@ -195,6 +195,10 @@ separate processes, best of 3 x 3 against 60719e6: measured_per_layer 312 -> 273
 releases wait on memory (the hottest instructions are the loads of `nxt[b]` / `prv[b]`).
 The full job on the pool moved inside this VM's noise (it ran 20-40% slower for minutes at a
 time that day): `--pool` 1.16 / 2.10 s (60719e6) and 1.09 / 1.86 s (b44db4f), minimum of 3.
+Again at 1c1b892 (`--programs measured_per_layer,ten_constants --pool`, ../shared/data),
+2026-11-28 23:58, a new session's VM, load 0.41 -> 1.27: one process 2.64 / 5.81 s CPU, screen
+0.47 / 0.97 s, split jobs 2.55 / 5.70 s; the full job on the local pool of 2 workers 1.26 / 2.24 s
+wall, minimum of 3 (goal 0.5 s).
 """
 from __future__ import annotations
 

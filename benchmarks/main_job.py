@@ -206,10 +206,11 @@ LOMO worst model 10.8%, high load 9.1%, long decode 0.6%, overload 24.4 points.
 The README job at 1c1b892 (2026-11-28 22:41-23:05, a new session, fresh worktree; ~5 min of
 niced tests beside it; load 0.07 -> 1.79): 1405.4 s (23.4 min), 1.423 eval/s, CPU 2448 s (driver
 78 s), peak PSS 919 MB (RSS 1206 MB; driver 502): the same archive and hand-over (#1343) again.
-With the shipped configs' kernel tables embedded (`evaluator.served_shapes.default_table`), the
-served-shape check reads 244 of its 246 full evaluations instead of 34 (212 were "not checkable"
-on measured kernels, which the hand-over counted as usable): 161 hold on every served shape, 83
-break one (27 before), and #1343 holds on all five (`evolve handover`, 29 s): the same hand-over.
+With the shipped configs' kernel tables embedded (`evaluator.served_shapes.default_table`, at
+every TP where each fits), the served-shape check reads 244 of its 246 full evaluations instead
+of 34 (212 were "not checkable" on measured kernels, which the hand-over counted as usable): 161
+hold on every served shape, 83 break one (27 before), and #1343 holds on all five (`evolve
+handover`, 29 s): the same hand-over.
 """
 from __future__ import annotations
 

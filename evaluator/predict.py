@@ -287,7 +287,7 @@ def _kernels_for(gt: GroundTruth, arch: dict, model: str, tp: int, hw: dict):
     if emb is not None:
         return np.asarray(emb["flat"], np.float64), list(emb["notes"]), ""
     return None, [], (f"no kernel tables for {model} at TP {tp}: the embedded table reduces the measured "
-                      f"deployments and the shipped configs at their served TPs; give --data DIR with kernels/ "
+                      f"deployments and the shipped configs at every TP where they fit; give --data DIR with kernels/ "
                       f"(layout of shared/data)")
 
 

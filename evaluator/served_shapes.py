@@ -80,20 +80,30 @@ def served_deployments(gt) -> dict[str, Deployment | str]:
 
 
 def served_kernel_tables(gt) -> dict[str, dict]:
-    """Each shipped config's kernel reduction at its served TP, keyed as the embedded table keys
-    a deployment's ('model@tpN'): without them the embedded default could not check the served
-    shapes of a program on measured kernels, nor `evolve predict` a shipped config, and the
-    hand-over counted "not checkable" as usable."""
+    """Each shipped config's kernel reductions at every TP in `TPS` where it fits (its served TP,
+    the smallest, among them), keyed as the embedded table keys a deployment's ('model@tpN'):
+    without them the embedded default could not check the served shapes of a program on measured
+    kernels (the hand-over counted "not checkable" as usable), nor `evolve predict` a shipped
+    config at another TP."""
     out = {}
-    for dep in served_deployments(gt).values():
-        if not isinstance(dep, str) and dep.kernels is not None:
-            out[f"{dep.model}@tp{dep.tp}"] = {"flat": [float(v) for v in dep.kernels], "notes": list(dep.kernel_notes)}
+    for m, dep in served_deployments(gt).items():
+        if isinstance(dep, str):
+            continue
+        for tp in TPS:
+            try:
+                d = dep if tp == dep.tp else make_deployment(
+                    gt, m, tp=tp, max_num_seqs=dep.max_num_seqs, max_batched_tokens=dep.max_batched_tokens,
+                    block_size=dep.block_size, max_model_len=dep.max_model_len)
+            except PredictError:
+                continue  # does not fit there, or its heads do not divide
+            if d.kernels is not None:
+                out[f"{d.model}@tp{d.tp}"] = {"flat": [float(v) for v in d.kernels], "notes": list(d.kernel_notes)}
     return out
 
 
 def default_table(gt) -> dict:
     """The table `evolve make-default` embeds: the data's experiments and kernel tables
-    (`data.build_default_table`) and the shipped configs' at their served TPs."""
+    (`data.build_default_table`) and the shipped configs' at every TP where they fit."""
     t = build_default_table(gt)
     t["kernels"] = {**served_kernel_tables(gt), **t["kernels"]}
     return t

@@ -41,11 +41,14 @@ def test_embedded_default_regenerates_from_shared_data(gt):
     from evaluator.served_shapes import default_table
     table = default_table(gt)
     assert table == json.loads(json.dumps(load_default_table()))
-    # the measured deployments' kernel tables, and each shipped config's at its served TP
+    # the measured deployments' kernel tables, and each shipped config's at every TP where it fits
+    # (70B from TP 2, 8x22B from TP 4) and its heads divide (Qwen2.5-7B's 28 query heads: not TP 8)
     measured = build_default_table(gt)["kernels"]
     assert set(measured) == {f"{e.model}@tp{e.tp}" for e in gt.experiments}
-    assert set(table["kernels"]) - set(measured) == {"llama-3.1-70b@tp2", "llama-3.1-8b@tp1", "mixtral-8x22b@tp4",
-                                                       "mistral-nemo-instruct-2407@tp1", "qwen2.5-7b@tp1"}
+    shipped = {f"{m}@tp{tp}" for m, tps in (("llama-3.1-70b", (2, 4, 8)), ("llama-3.1-8b", (1, 2, 4, 8)),
+                                            ("mistral-nemo-instruct-2407", (1, 2, 4, 8)), ("mixtral-8x22b", (4, 8)),
+                                            ("qwen2.5-7b", (1, 2, 4))) for tp in tps}
+    assert set(table["kernels"]) - set(measured) == shipped
     d = load_default()
     assert d.mode == "spec" and len(d.experiments) == 16
 

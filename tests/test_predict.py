@@ -149,18 +149,22 @@ def test_component_not_computable_names_it(capsys, tmp_path):
 
 
 def test_measured_kernel_program_predicts_a_shipped_config_from_the_embedded_table(capsys, tmp_path):
-    """The embedded table holds each shipped config's kernel tables at its served TP (1 for an 8B
-    model), so a program on measured kernels predicts it without --data; the step is the kernels'."""
+    """The embedded table holds each shipped config's kernel tables at every TP where it fits, so a
+    program on measured kernels predicts an 8B model on 1 or 4 GPUs without --data, and one
+    request's decode is faster with its weights read by four GPUs."""
     (tmp_path / "m.py").write_text(seed_sources()["measured"])
     (tmp_path / "m.json").write_text(json.dumps({"constants": {"*": [0.0], "llama-2-7b": [0.0]},
                                                   "overheads": {"llama-2-7b": OVH}}))
-    rc, out, err = run_cli(capsys, str(tmp_path / "m.py"), "--constants", str(tmp_path / "m.json"),
-                           "--model", "Llama-3.1-8B-Instruct", "--rate", "0.05", "--json")
-    assert rc == 0, err
-    res = json.loads(out)
-    assert res["deployment"]["tp"] == 1 and res["points"][0]["fail"] == 0.0
-    itl = res["points"][0]["itl"]["p50"]
-    assert 0.004 < itl < 0.012  # one request's decode step of an 8B model on one H100: ~6-8 ms
+    itl = {}
+    for tp in (1, 4):
+        rc, out, err = run_cli(capsys, str(tmp_path / "m.py"), "--constants", str(tmp_path / "m.json"),
+                               "--model", "Llama-3.1-8B-Instruct", "--tp", str(tp), "--rate", "0.05", "--json")
+        assert rc == 0, err
+        res = json.loads(out)
+        assert res["deployment"]["tp"] == tp and res["points"][0]["fail"] == 0.0
+        itl[tp] = res["points"][0]["itl"]["p50"]
+    assert 0.004 < itl[1] < 0.012  # 16 GB of weights a step at ~3.35 TB/s: ~5 ms and more
+    assert itl[4] < 0.7 * itl[1]
 
 
 def test_program_file_needs_constants(capsys, const_files):
