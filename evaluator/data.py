@@ -621,7 +621,7 @@ def build_default_table(gt: GroundTruth) -> dict:
         "about": "Derived by `evolve make-default` from a ground-truth directory: per experiment the "
                  "vLLM config, load stages, prompt/output lengths and measured stage means "
                  "(E2E, TTFT, per-output-token time as sum(e2e-ttft)/sum(out-1)); per model and TP "
-                 "(the measured deployments, and each shipped config at its served TP) the kernel "
+                 "(the data's models and the shipped configs, at every TP where they fit) the kernel "
                  "tables reduced from aiconfigurator's measured vLLM kernels "
                  "(evaluator.kernels flat arrays). No raw rows.",
         "hardware": gt.hardware,

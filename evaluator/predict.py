@@ -286,8 +286,8 @@ def _kernels_for(gt: GroundTruth, arch: dict, model: str, tp: int, hw: dict):
     emb = load_default_table().get("kernels", {}).get(f"{model}@tp{tp}")
     if emb is not None:
         return np.asarray(emb["flat"], np.float64), list(emb["notes"]), ""
-    return None, [], (f"no kernel tables for {model} at TP {tp}: the embedded table reduces the measured "
-                      f"deployments and the shipped configs at every TP where they fit; give --data DIR with kernels/ "
+    return None, [], (f"no kernel tables for {model} at TP {tp}: the embedded table reduces the data's "
+                      f"models and the shipped configs at every TP where they fit; give --data DIR with kernels/ "
                       f"(layout of shared/data)")
 
 

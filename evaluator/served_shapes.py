@@ -79,21 +79,21 @@ def served_deployments(gt) -> dict[str, Deployment | str]:
     return out
 
 
-def served_kernel_tables(gt) -> dict[str, dict]:
-    """Each shipped config's kernel reductions at every TP in `TPS` where it fits (its served TP,
-    the smallest, among them), keyed as the embedded table keys a deployment's ('model@tpN'):
-    without them the embedded default could not check the served shapes of a program on measured
-    kernels (the hand-over counted "not checkable" as usable), nor `evolve predict` a shipped
-    config at another TP."""
+def embedded_kernel_tables(gt) -> dict[str, dict]:
+    """Kernel reductions, keyed as the embedded table keys a deployment's ('model@tpN'), of each
+    shipped config and each model of the data at every TP in `TPS` where it fits and its heads
+    divide: without them the embedded default could not check the served shapes of a program on
+    measured kernels (the hand-over counted "not checkable" as usable), nor `evolve predict` such
+    a program on another deployment."""
     out = {}
-    for m, dep in served_deployments(gt).items():
-        if isinstance(dep, str):
-            continue
+    served = {m: d for m, d in served_deployments(gt).items() if not isinstance(d, str)}
+    e = gt.experiments[0]
+    for m in [*served, *sorted({x.model for x in gt.experiments})]:
         for tp in TPS:
             try:
-                d = dep if tp == dep.tp else make_deployment(
-                    gt, m, tp=tp, max_num_seqs=dep.max_num_seqs, max_batched_tokens=dep.max_batched_tokens,
-                    block_size=dep.block_size, max_model_len=dep.max_model_len)
+                d = served[m] if m in served and tp == served[m].tp else make_deployment(
+                    gt, m, tp=tp, max_num_seqs=e.max_num_seqs, max_batched_tokens=e.max_batched_tokens,
+                    block_size=e.block_size, max_model_len=int(getattr(e, "max_model_len", DEFAULT_MAX_MODEL_LEN)))
             except PredictError:
                 continue  # does not fit there, or its heads do not divide
             if d.kernels is not None:
@@ -103,9 +103,9 @@ def served_kernel_tables(gt) -> dict[str, dict]:
 
 def default_table(gt) -> dict:
     """The table `evolve make-default` embeds: the data's experiments and kernel tables
-    (`data.build_default_table`) and the shipped configs' at every TP where they fit."""
+    (`data.build_default_table`) and `embedded_kernel_tables`."""
     t = build_default_table(gt)
-    t["kernels"] = {**served_kernel_tables(gt), **t["kernels"]}
+    t["kernels"] = {**embedded_kernel_tables(gt), **t["kernels"]}
     return t
 
 

@@ -41,14 +41,15 @@ def test_embedded_default_regenerates_from_shared_data(gt):
     from evaluator.served_shapes import default_table
     table = default_table(gt)
     assert table == json.loads(json.dumps(load_default_table()))
-    # the measured deployments' kernel tables, and each shipped config's at every TP where it fits
-    # (70B from TP 2, 8x22B from TP 4) and its heads divide (Qwen2.5-7B's 28 query heads: not TP 8)
+    # the measured deployments' kernel tables, and each shipped config's and data model's at every
+    # TP where it fits (70B from TP 2, 8x22B from TP 4) and its heads divide (Qwen2.5-7B's 28
+    # query heads: not TP 8)
     measured = build_default_table(gt)["kernels"]
     assert set(measured) == {f"{e.model}@tp{e.tp}" for e in gt.experiments}
-    shipped = {f"{m}@tp{tp}" for m, tps in (("llama-3.1-70b", (2, 4, 8)), ("llama-3.1-8b", (1, 2, 4, 8)),
-                                            ("mistral-nemo-instruct-2407", (1, 2, 4, 8)), ("mixtral-8x22b", (4, 8)),
-                                            ("qwen2.5-7b", (1, 2, 4))) for tp in tps}
-    assert set(table["kernels"]) - set(measured) == shipped
+    fits = (("llama-3.1-70b", (2, 4, 8)), ("llama-3.1-8b", (1, 2, 4, 8)), ("mistral-nemo-instruct-2407", (1, 2, 4, 8)),
+            ("mixtral-8x22b", (4, 8)), ("qwen2.5-7b", (1, 2, 4)), ("codellama-34b", (1, 2, 4, 8)),
+            ("llama-2-70b", (2, 4, 8)), ("llama-2-7b", (1, 2, 4, 8)), ("mixtral-8x7b", (2, 4, 8)))
+    assert set(table["kernels"]) == {f"{m}@tp{tp}" for m, tps in fits for tp in tps}
     d = load_default()
     assert d.mode == "spec" and len(d.experiments) == 16
 

@@ -137,8 +137,13 @@ def test_one_line_errors(capsys, const_files, extra, needle):
     assert rc == 1 and needle in err and "\n" not in err.strip() and "Traceback" not in err
 
 
-def test_component_not_computable_names_it(capsys, tmp_path):
-    """The measured-kernel seed on a shipped config the embedded table has no kernel tables for."""
+def test_component_not_computable_names_it(capsys, tmp_path, monkeypatch):
+    """The measured-kernel seed on a deployment the embedded table has no kernel tables for."""
+    from evaluator import predict as predict_mod
+    from evaluator.data import load_default_table
+    table = load_default_table()
+    del table["kernels"]["codellama-34b@tp4"]
+    monkeypatch.setattr(predict_mod, "load_default_table", lambda: table)
     (tmp_path / "m.py").write_text(seed_sources()["measured"])
     (tmp_path / "m.json").write_text(json.dumps({"constants": {"codellama-34b": [1500.0]},
                                                   "overheads": {"codellama-34b": OVH}}))
@@ -149,9 +154,9 @@ def test_component_not_computable_names_it(capsys, tmp_path):
 
 
 def test_measured_kernel_program_predicts_a_shipped_config_from_the_embedded_table(capsys, tmp_path):
-    """The embedded table holds each shipped config's kernel tables at every TP where it fits, so a
-    program on measured kernels predicts an 8B model on 1 or 4 GPUs without --data, and one
-    request's decode is faster with its weights read by four GPUs."""
+    """The embedded table holds each shipped config's and data model's kernel tables at every TP
+    where it fits, so a program on measured kernels predicts an 8B model on 1 or 4 GPUs (faster on
+    four: each reads a quarter of the weights) and llama-2-70b on 8 without --data."""
     (tmp_path / "m.py").write_text(seed_sources()["measured"])
     (tmp_path / "m.json").write_text(json.dumps({"constants": {"*": [0.0], "llama-2-7b": [0.0]},
                                                   "overheads": {"llama-2-7b": OVH}}))
@@ -165,6 +170,11 @@ def test_measured_kernel_program_predicts_a_shipped_config_from_the_embedded_tab
         itl[tp] = res["points"][0]["itl"]["p50"]
     assert 0.004 < itl[1] < 0.012  # 16 GB of weights a step at ~3.35 TB/s: ~5 ms and more
     assert itl[4] < 0.7 * itl[1]
+    # a model of the data on a deployment nobody measured (llama-2-70b ran at TP 4)
+    rc, out, err = run_cli(capsys, str(tmp_path / "m.py"), "--constants", str(tmp_path / "m.json"),
+                           "--model", "llama-2-70b", "--tp", "8", "--rate", "0.05", "--json")
+    assert rc == 0, err
+    assert 0.004 < json.loads(out)["points"][0]["itl"]["p50"] < 0.02  # 138 GB over 8 GPUs: ~5 ms a step and more
 
 
 def test_program_file_needs_constants(capsys, const_files):
