@@ -44,16 +44,21 @@ class ServedShape:
         return {"model": self.model, "tp": self.tp, "status": self.status, "why": self.why}
 
 
+def deployment_at(gt, model: str, tp: int) -> Deployment:
+    """`model` on `tp` GPUs under the data's server limits (its first experiment's, as
+    `physics.model_grids`); PredictError where it does not fit or its heads do not divide."""
+    e = gt.experiments[0]
+    return make_deployment(gt, model, tp=tp, max_num_seqs=e.max_num_seqs, max_batched_tokens=e.max_batched_tokens,
+                           block_size=e.block_size, max_model_len=int(getattr(e, "max_model_len", DEFAULT_MAX_MODEL_LEN)))
+
+
 def served_deployment(gt, model: str) -> Deployment:
     """The deployment of a shipped config at the smallest TP that fits an 80 GB GPU with room for
-    KV, under the data's server limits (its first experiment's, as `physics.model_grids`)."""
-    e = gt.experiments[0]
+    KV, under the data's server limits."""
     why = ""
     for tp in TPS:
         try:
-            return make_deployment(gt, model, tp=tp, max_num_seqs=e.max_num_seqs,
-                                   max_batched_tokens=e.max_batched_tokens, block_size=e.block_size,
-                                   max_model_len=int(getattr(e, "max_model_len", DEFAULT_MAX_MODEL_LEN)))
+            return deployment_at(gt, model, tp)
         except PredictError as err:
             why = str(err)
     raise PredictError(f"fits at no TP in {'/'.join(map(str, TPS))} ({why})")
@@ -86,14 +91,10 @@ def embedded_kernel_tables(gt) -> dict[str, dict]:
     measured kernels (the hand-over counted "not checkable" as usable), nor `evolve predict` such
     a program on another deployment."""
     out = {}
-    served = {m: d for m, d in served_deployments(gt).items() if not isinstance(d, str)}
-    e = gt.experiments[0]
-    for m in [*served, *sorted({x.model for x in gt.experiments})]:
+    for m in [*shipped_models(), *sorted({e.model for e in gt.experiments})]:
         for tp in TPS:
             try:
-                d = served[m] if m in served and tp == served[m].tp else make_deployment(
-                    gt, m, tp=tp, max_num_seqs=e.max_num_seqs, max_batched_tokens=e.max_batched_tokens,
-                    block_size=e.block_size, max_model_len=int(getattr(e, "max_model_len", DEFAULT_MAX_MODEL_LEN)))
+                d = deployment_at(gt, m, tp)
             except PredictError:
                 continue  # does not fit there, or its heads do not divide
             if d.kernels is not None:
