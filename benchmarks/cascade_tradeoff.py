@@ -44,18 +44,26 @@ Measured by running it (benchmarks/main_job.py, embedded default, seed 0, 2 work
 rule at the cascade only, 248 full evaluations, 1,714 screens only (591 unpinned), 38 twins; with
 the refusal before the screen's simulation as well, see benchmarks/main_job.py.
 
-Stricter cell tests, replayed 2026-11-28 (this session's runs under judge revision 2, and the
-pinned-rule runs before it; full evaluations kept / final-frontier programs lost):
-                                         README rev 1   README rev 2   trace rev 1   trace rev 2
-  improves its cell only                 248 / 0        292 / 0        221 / 2       362 / 0
-  empty cell, or beats its elite by 20%  248 / 0        290 / 0        175 / 31 *    332 / 14
-  empty cell, or beats every member      247 / 0        292 / 0        133 / 42 *    266 / 34
-  empty cell only                        20 / 84        17 / 119       -             18 / 128
-  * loses the recommended program.
-Every full evaluation of the README runs passed the cell test as the best in-sample loss its cell
-had seen: the count of full evaluations is the count of in-sample cell improvements on the
-search's path. A margin buys nothing there; on the trace runs the stricter tests lose frontier
-programs (and once the hand-over). Not adopted.
+Stricter cell tests. The table recorded here on 2026-11-28 was wrong: the replay handed each
+rule the screen's in-sample objectives without `fail_mean`, so a screen's in-sample loss lacked
+the failure term its cell's members carried and every screen looked better than them ("a margin
+buys nothing": every rule kept nearly every full evaluation). Fixed 2026-11-29 (the failure
+objective is part of what a screen has); replayed on the recorded runs (full evaluations kept /
+final-frontier programs lost; * loses the recommended program):
+                                         README job (1c1b892)        trace run of 2026-11-28 (#652)
+  today (would_enter, every constant pinned)   246 / 0               260 / 0
+  improves its cell only                       245 / 1               253 / 5
+  empty cell, or beats its elite by 5%         134 / 56 *            179 / 25
+  empty cell, or beats its elite by 20%         44 / 95 *            106 / 53
+  empty cell, or beats every member             88 / 78 *            106 / 59
+  would_enter and within 50% of the front      103 / 55 *            203 / 10
+  empty cell only                               17 / 102 *            18 / 81 *
+  races: LOMO first                            stops 32 (8% of full CPU), loses 3; stops 86 (20%), loses 24
+The full evaluations enter on the cell test (245 of 246): a screen beats its cell elite's in-
+sample loss, which is easy, since the elite is chosen on held-out errors. Every stricter in-sample
+test loses the README job's hand-over (#1343), whose in-sample loss is not its cell's best: on
+in-sample evidence alone no rule separates the ~40% of full evaluations that buy nothing (96 of
+246 here) from those that enter the frontier. Not adopted.
 """
 from __future__ import annotations
 
@@ -66,7 +74,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluator.objectives import (IN_SAMPLE_ORDER, has_heldout, in_sample_loss, objective_vector,  # noqa: E402
+from evaluator.objectives import (FAILURE, IN_SAMPLE_ORDER, has_heldout, in_sample_loss, objective_vector,  # noqa: E402
                                   ranked, selection_loss)
 from evaluator.records import unpinned  # noqa: E402
 from evolve.search import GATE_ORDER, Member, SearchState, _dominates  # noqa: E402
@@ -75,6 +83,13 @@ from evolve.archive_check import readonly_connect  # noqa: E402
 from evolve.pareto import cell_key  # noqa: E402
 
 INVALID = 1e300
+
+
+def screen_view(objectives: dict) -> dict:
+    """What the screen of a recorded full evaluation had: its in-sample objectives, the failure
+    objective included (`in_sample_loss` reads it; without it every screen looked better than its
+    cell's members by their failure term, the error in this file's 2026-11-28 table)."""
+    return {k: v for k, v in objectives.items() if k in (*IN_SAMPLE_ORDER, FAILURE)}
 
 
 def _cell_improves(state: SearchState, o: dict, rec: dict, margin: float = 0.0) -> bool:
@@ -195,9 +210,8 @@ def replay(archive: Archive, run_id: str) -> dict:
     rec_id = best["id"] if best else None
     out = {"run": run_id, "candidates": len(recs), "frontier": len(frontier), "recommended": rec_id,
            "full_evaluations_recorded": sum(r["stage"] == "full" for r in recs), "rules": [], "races": []}
-    in_sample = lambda o: {k: v for k, v in o.items() if k in IN_SAMPLE_ORDER}  # noqa: E731  what a screen has
     for name, rule in rules().items():
-        got = _replay_rule(recs, lambda st, o, r: rule(st, in_sample(o), r), frontier, rec_id)
+        got = _replay_rule(recs, lambda st, o, r: rule(st, screen_view(o), r), frontier, rec_id)
         out["rules"].append({"rule": name, **got})
     for name, (keys, rest) in RACES.items():
         got = _replay_rule(recs, lambda st, o, r: not _race_stops(st, o, r, keys), frontier, rec_id)

@@ -252,30 +252,30 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
                 search.resume(resume)
             else:
                 search.start()
-            out = search.loop()
-        except _db_errors() as e:  # the archive cannot be written any more (disk full, I/O error)
-            if getattr(search, "run_id", None) is None:
-                raise
-            raise ArchiveError(f"{describe_db_error(archive.path, e)}; every candidate written is kept: "
-                               f"continue with --resume {search.run_id}") from None
-        finally:
+            out = search.loop(keep_pool=True)  # the hand-over below runs on the same workers
+        except BaseException as e:
             search.close()
-    run = archive.get_run(search.run_id)
-    out["n_evaluated"] = run["n_evaluated"]
-    out["work"] = archive.work_counts(search.run_id)
-    out["hypervolume"] = search.state.hv()
-    fr = search.state.frontier
-    from evaluator.holdout import misses
-    from evaluator.served_shapes import usable_check
-    from evolve.handover import hand_over
-    # held-out errors first, every constant pinned, physical on the shipped configs' shapes, then
-    # the shortlist's worst fit start; fixed in the archive: every view names this one
-    say = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+            if isinstance(e, _db_errors()) and getattr(search, "run_id", None) is not None:
+                # the archive cannot be written any more (disk full, I/O error)
+                raise ArchiveError(f"{describe_db_error(archive.path, e)}; every candidate written is kept: "
+                                   f"continue with --resume {search.run_id}") from None
+            raise
     try:
+        run = archive.get_run(search.run_id)
+        out["n_evaluated"] = run["n_evaluated"]
+        out["work"] = archive.work_counts(search.run_id)
+        out["hypervolume"] = search.state.hv()
+        from evaluator.served_shapes import usable_check
+        from evolve.handover import hand_over
+        # held-out errors first, every constant pinned, physical on the shipped configs' shapes,
+        # then the shortlist's worst fit start; fixed in the archive: every view names this one
+        say = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
         best = hand_over(archive, search.run_id, search._pool, cfg.handover_starts, usable=usable_check(search._gt),
                          say=say)
     finally:
         search.close()
+    fr = search.state.frontier
+    from evaluator.holdout import misses
     out["best"] = {"id": best["id"], **best["objectives"]} if best else None
     fs = ((best or {}).get("evaluation") or {}).get("fit_starts")
     out["best_starts"] = fs if fs and fs.get("starts", 1) > 1 else None

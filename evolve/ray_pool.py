@@ -178,14 +178,7 @@ class RayPool(Executor):
                             raise RayExecutorError(f"a Ray worker could not start: {_first_line(e)}") from None
                         self._start_failed(i, f"ended: Ray says \"{_first_line(e)}\"")  # its process died: try again
                 continue
-            if s.job is None and self.pending:
-                s.job = self.pending.pop(0)
-                msg = job_message(s.job, self.heldout)
-                self.bytes_sent += len(pickle.dumps(msg))
-                s.ref = s.actor.evaluate.remote(msg)
-                s.started = time.monotonic()
-                self._started(s.job)
-            elif s.job is not None:
+            if s.job is not None:
                 if s.ref in finished:
                     try:
                         res = ray.get(s.ref)
@@ -200,11 +193,20 @@ class RayPool(Executor):
                     self.jobs_done += 1
                     if len(s.programs) >= self.recycle:  # compiled candidates accumulate in a process
                         self._replace(i)
+                        continue
                 elif time.monotonic() - s.started > self._limit(s.job):
                     results.append((s.job, Evaluation(valid=False, error=f"killed: over the wall-clock limit "
                                                                          f"({self._limit(s.job):.0f} s)")))
                     self._count_kill(s.job)
                     self._replace(i)
+                    continue
+            if s.job is None and self.pending:  # at once, also to an actor that just answered
+                s.job = self.pending.pop(0)
+                msg = job_message(s.job, self.heldout)
+                self.bytes_sent += len(pickle.dumps(msg))
+                s.ref = s.actor.evaluate.remote(msg)
+                s.started = time.monotonic()
+                self._started(s.job)
         self._tell_if_unplaced()
         return results
 

@@ -309,15 +309,19 @@ class Search:
                 self.pool = WorkerPool(*args, heldout=self.cfg.holdout, splits=splits)
         return self.pool
 
-    def close(self) -> None:
+    def close(self, keep_pool: bool = False) -> None:
+        """Stop the LLM calls and, unless `keep_pool`, the executor."""
         if hasattr(self, "_llm_exec"):
             self._llm_exec.shutdown(wait=True, cancel_futures=True)
             del self._llm_exec
-        if getattr(self, "pool", None) is not None:
+        if getattr(self, "pool", None) is not None and not keep_pool:
             self.pool.close()
             self.pool = None
 
-    def loop(self) -> dict:
+    def loop(self, keep_pool: bool = False) -> dict:
+        """Propose and evaluate generations until the budget is spent. `keep_pool`: a run that
+        finishes leaves its executor running for the caller (the hand-over's start fits: a new
+        pool would make the shared states again, ~15-20 s of both cores idle), who closes it."""
         t0 = time.perf_counter()
         pool = self._pool()
         try:
@@ -358,7 +362,7 @@ class Search:
             if locals().get("status") == "finished":
                 self.archive.clear_pending(self.run_id)  # nothing a later generation could take
             self.archive.finish_run(self.run_id, status if "status" in locals() else "interrupted")
-            self.close()
+            self.close(keep_pool=keep_pool and locals().get("status") == "finished")
         return {"run_id": self.run_id, "seconds": time.perf_counter() - t0,
                 "frontier": [m.id for m in self.state.frontier], "killed": pool.killed,
                 "skipped_duplicates": self.skipped, "llm_spend": self.spend.summary() if self.llm else None}
