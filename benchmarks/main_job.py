@@ -211,6 +211,19 @@ every TP where each fits), the served-shape check reads 244 of its 246 full eval
 of 34 (212 were "not checkable" on measured kernels, which the hand-over counted as usable): 161
 hold on every served shape, 83 break one (27 before), and #1343 holds on all five (`evolve
 handover`, 29 s): the same hand-over.
+The README job at 3841796 (2026-11-29 02:27-02:48, a new session, fresh worktree, nothing else
+running; load 0.14 -> 1.89): 1260.4 s (21.0 min; 1405.4 s before, -10%; goal 10), 1.587 eval/s,
+CPU 2282 s (2448; driver 81 s, sampler 43 s), peak PSS 937 MB (RSS 1219 MB; driver 498): the same
+archive and hand-over (#1343) again. `worker_busy_share` (new: the archive's evaluation seconds
+over 2 workers x the search's span) 0.839 against 0.833 at 1c1b892: a worker that answers now
+gets its next job in the same poll, which moved the share inside the noise; most of the -10% is
+this VM running faster (the same evaluations took 1,945 worker-s against 2,172). The search took
+1,146 s of it, the start 36 s (the shared states and the 8 seeds) and the hand-over ~78 s (12
+start fits; they now run on the search's workers, not a new pool: on a copy of the archive the
+same hand-over took ~61-66 s with a trace run beside it, with and without the pool's prepared
+split views, and `evolve handover` from a new pool 45.7 s on a quiet machine, so the in-run ~78 s
+is not yet explained). Per generation (8 candidates, ~4.6 s) the workers wait ~1.5 core-s: for
+the in-order gate and at the barrier.
 """
 from __future__ import annotations
 
@@ -275,6 +288,22 @@ def cpu_seconds(pid: int) -> float | None:
     return None if v is None else (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def busy_share(archive: str, workers: int) -> float | None:
+    """Share of the workers' time inside evaluations: the archive's evaluation seconds over
+    workers x the span from the first evaluation written to the last (the search; the start and
+    the hand-over outside it). The rest is waiting: for the next job, at generation barriers."""
+    import sqlite3
+    try:
+        con = sqlite3.connect(f"file:{archive}?mode=ro", uri=True)
+        try:
+            busy, t0, t1 = con.execute("SELECT SUM(seconds), MIN(created_at), MAX(created_at) FROM evaluations").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return round(busy / (workers * (t1 - t0)), 3) if busy and t1 and t1 > t0 else None
+
+
 SAMPLE_S = 1.0  # between memory samples: each reads /proc for the whole tree (~6% of a core at 0.5 s)
 
 
@@ -335,6 +364,7 @@ def main(argv=None) -> int:
            # at the tree's peak: the driver first, then the other processes largest first
            "pss_at_peak_mb": [round(at_peak.get(proc.pid, 0) / 2**20)] +
                              sorted((round(v / 2**20) for p, v in at_peak.items() if p != proc.pid), reverse=True),
+           "worker_busy_share": busy_share(archive, a.workers),
            "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
            "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "use #", "  fitted from", "  Held-out misses"))]}
     if a.json:

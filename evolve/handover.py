@@ -16,9 +16,11 @@ the ideal from the declared-start figures of every program the rule chose among;
 declared-start order). A program with no constants, or one that lands in the same basin from
 every start, keeps its figures.
 
-The start evaluations run on the run's executor, as whole held-out full jobs. Each program's
-starts are written to its evaluation (`Archive.set_fit_starts`) as soon as they are all in, so
-a killed hand-over loses only the program in flight, and a `--resume` takes the stored ones.
+The start evaluations run on the run's executor, as whole held-out full jobs (`evolve run`
+keeps the search's workers up for them: a new pool made the shared states again, ~15-20 s of
+both cores idle). Each program's starts are written to its evaluation (`Archive.set_fit_starts`)
+as soon as they are all in, so a killed hand-over loses only the program in flight, and a
+`--resume` takes the stored ones.
 """
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ def test_a_worker_that_answers_gets_the_next_job_in_the_same_poll():
     """A worker is not left idle while the caller settles the result it just sent (gate
     decisions, archive writes): the poll that collects its answer hands it the next pending
     job (~18 ms a job waited for the next poll before, ~5% of a run's worker time)."""
-    pool = WorkerPool(None, workers=1, timeout_s=120)
+    pool = WorkerPool(DATA[0], workers=1, timeout_s=120)
     jobs = [Job(i, seed_sources()["roofline"], "screen") for i in range(3)]
     try:
         for j in jobs:
@@ -130,25 +130,19 @@ def test_a_worker_that_answers_gets_the_next_job_in_the_same_poll():
 
 def test_a_finished_loop_can_leave_its_workers_to_the_hand_over(tmp_path):
     """`loop(keep_pool=True)` (what `evolve run` asks): the run's workers stay up for the hand-
-    over's start fits instead of a new pool making the shared states again; `close` ends them.
-    The default closes them as before."""
-    arch = Archive(tmp_path / "k.db")
-    s = Search(RunConfig(budget=5, seed=3, workers=1, generation_size=4, data=DATA[0]), arch)
+    over's start fits instead of a new pool making the shared states again; the default closes
+    them as before (here on the same search, whose budget is spent: the loop only ends)."""
+    s = Search(RunConfig(budget=5, seed=3, workers=1, generation_size=4, holdout=False, data=DATA[0]),
+               Archive(tmp_path / "k.db"))
     try:
         s.start()
         s.loop(keep_pool=True)
         pool = s.pool
         assert pool is not None and pool is s._pool() and all(w.proc.is_alive() for w in pool.workers)
+        s.loop()
+        assert s.pool is None and not any(w.proc.is_alive() for w in pool.workers)
     finally:
         s.close()
-    assert s.pool is None and not any(w.proc.is_alive() for w in pool.workers)
-    s2 = Search(RunConfig(budget=5, seed=3, workers=1, generation_size=4, data=DATA[0]), Archive(tmp_path / "d.db"))
-    try:
-        s2.start()
-        s2.loop()
-        assert s2.pool is None
-    finally:
-        s2.close()
 
 
 def test_a_candidate_killed_in_several_split_jobs_counts_once():
