@@ -219,11 +219,17 @@ over 2 workers x the search's span) 0.839 against 0.833 at 1c1b892: a worker tha
 gets its next job in the same poll, which moved the share inside the noise; most of the -10% is
 this VM running faster (the same evaluations took 1,945 worker-s against 2,172). The search took
 1,146 s of it, the start 36 s (the shared states and the 8 seeds) and the hand-over ~78 s (12
-start fits; they now run on the search's workers, not a new pool: on a copy of the archive the
-same hand-over took ~61-66 s with a trace run beside it, with and without the pool's prepared
-split views, and `evolve handover` from a new pool 45.7 s on a quiet machine, so the in-run ~78 s
-is not yet explained). Per generation (8 candidates, ~4.6 s) the workers wait ~1.5 core-s: for
-the in-order gate and at the barrier.
+start fits of programs with 3, 5, 5 and 8 constants, now on the search's workers, not a new pool).
+That is more than the same hand-over took on a copy of the archive: `evolve handover` from a new
+pool 45.7 s on the quiet machine just after, 61-66 s on a pool like the run's with a trace run
+beside it. The difference is not explained. Per generation (8 candidates, ~4.6 s) the workers
+wait ~1.5 core-s: for the in-order gate and at the generation barrier.
+The trace run at 3841796 (02:52-03:25, same tree; ~4 min of hand-over checks beside its start;
+load 1.13 -> 1.89): 1938.6 s (32.3 min; 2030.1 s at 9d60a56, -4.5%; goal 12), 1.032 eval/s, CPU
+3371 s (driver 42 s), peak PSS 1374 MB (RSS 1699 MB; driver 308, workers 532 / 527),
+`worker_busy_share` 0.842 (0.840): the same archive as at 9d60a56 (260 full evaluations, 1,712
+screens, 555 refused, 28 twins, 478 redrawn; frontier 84, hypervolume 47.919; #652 with the same
+figures). Its hand-over (4 programs of 1, 2, 2 and 5 constants) took ~24 s.
 """
 from __future__ import annotations
 
