@@ -131,6 +131,15 @@ def _started(events) -> list[tuple[str, int, int]]:
     return out
 
 
+def _in_flight(events, kind: str) -> bool:
+    """Whether the last thing the run logged is a worker taking a job of `kind` ("full": a
+    split too) in a generation >= 1: that job is running or its answer is unread, so a kill now
+    loses it. (A fixed sleep after the first such start once woke after a fast screen had
+    answered and before the next job started: nothing was in flight.)"""
+    started = _started(events)
+    return bool(events) and events[-1][0].startswith("start-") and started[-1][0] == kind and started[-1][1] >= 1
+
+
 def lost(killed, resumed) -> set:
     """Candidates whose work the kill lost: a job a worker had taken in the killed run (a
     screen, or a full evaluation or one of its splits) that the resumed run handed out again.
@@ -152,7 +161,7 @@ def redone(killed, resumed) -> set:
 def kill_at(db, phase_file, holdout: bool, phase: str, timeout: float = 600, address: str | None = None,
             budget: int = BUDGET, seed: int = SEED, extra: tuple = ()) -> dict:
     """Start the run, kill -9 its process group at `phase` of a generation >= 1: "screen" and
-    "full" once a worker took such a job, "lock" while the run holds the archive's write lock
+    "full" while a worker runs such a job (its start the last thing logged), "lock" while the run holds the archive's write lock
     in the middle of writing a candidate (its transaction held open by STEPEVOLVE_HOLD_WRITE_S,
     evolve/archive.py), "lock-wait" while it waits for the lock another connection holds."""
     env = _env(phase_file, address)
@@ -165,17 +174,13 @@ def kill_at(db, phase_file, holdout: bool, phase: str, timeout: float = 600, add
     try:
         deadline = time.time() + timeout
         while time.time() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.01 if phase in ("screen", "full") else 0.05)
             ev = _events(phase_file)
             assert p.poll() is None, f"the run ended before the {phase} phase: {ev[-5:]}"
             later = [e for e in ev if e[1] >= 1]
             taken = [k for k, g, _ in _started(ev) if g >= 1]
-            if phase == "screen" and "screen" in taken:
-                time.sleep(0.2)  # its worker is screening the generation's first candidate
-                break
-            if phase == "full" and "full" in taken:
-                time.sleep(0.3)  # its worker is in the full evaluation (or one of its splits)
-                break
+            if phase in ("screen", "full") and _in_flight(ev, phase):
+                break  # a worker took such a job and has not answered: kill it in the middle
             if phase == "lock" and any(w == "in-write" for w, _, _ in later):
                 time.sleep(0.2)  # the run holds the write lock, its candidate's rows sent to SQLite
                 break
