@@ -65,6 +65,10 @@ Again at 1c1b892 (--data ../shared/data --heldout --jobs 6, 2026-11-28 23:54, a 
 nothing else running; load 0.37 -> 1.21): local 1 worker 0.256/s (0.49x), 2 workers 0.527/s;
 Ray 1 worker 0.266/s (0.50x), 2 workers 0.533/s (1.01x). 6,781 B out, 55,332 B back per
 candidate; once per run 21.9 MB of ground truth, 91.0 MB of shared states.
+Again at b93452c (2026-11-29 04:02, a worker that answers gets its next job in the same poll;
+`--data ../shared/data --heldout --jobs 6`, load 0.46 -> 1.48): local 1 worker 0.314/s, 2 workers
+0.478/s (1.52x); Ray 1 worker 0.264/s, 2 workers 0.567/s (2.15x). Six candidates a row: within
+this VM's noise of the figures before (0.256 / 0.527 / 0.266 / 0.533).
 """
 from __future__ import annotations
 
