@@ -161,9 +161,10 @@ def redone(killed, resumed) -> set:
 def kill_at(db, phase_file, holdout: bool, phase: str, timeout: float = 600, address: str | None = None,
             budget: int = BUDGET, seed: int = SEED, extra: tuple = ()) -> dict:
     """Start the run, kill -9 its process group at `phase` of a generation >= 1: "screen" and
-    "full" while a worker runs such a job (its start the last thing logged), "lock" while the run holds the archive's write lock
-    in the middle of writing a candidate (its transaction held open by STEPEVOLVE_HOLD_WRITE_S,
-    evolve/archive.py), "lock-wait" while it waits for the lock another connection holds."""
+    "full" while a worker runs such a job (its start the last thing logged), "lock" while the run
+    holds the archive's write lock in the middle of writing a candidate (its transaction held open
+    by STEPEVOLVE_HOLD_WRITE_S, evolve/archive.py), "lock-wait" while it waits for the lock another
+    connection holds."""
     env = _env(phase_file, address)
     if phase == "lock":
         env["STEPEVOLVE_HOLD_WRITE_S"] = "600"
@@ -178,7 +179,6 @@ def kill_at(db, phase_file, holdout: bool, phase: str, timeout: float = 600, add
             ev = _events(phase_file)
             assert p.poll() is None, f"the run ended before the {phase} phase: {ev[-5:]}"
             later = [e for e in ev if e[1] >= 1]
-            taken = [k for k, g, _ in _started(ev) if g >= 1]
             if phase in ("screen", "full") and _in_flight(ev, phase):
                 break  # a worker took such a job and has not answered: kill it in the middle
             if phase == "lock" and any(w == "in-write" for w, _, _ in later):
