@@ -65,14 +65,17 @@ class Evaluator(JudgeData):
         if why:
             return scoring.invalid(why, t0)
         f = program.compiled()
-        consts = fit_program.starting_constants(self, program, f, constants, fit, start)
         refine = fit and refine and constants is None and not kinds
+        wanted = pinned and fit and constants is None and not refine
+        if fit and constants is None and not fit_program.starts_from(self, start):
+            consts, why, ident = fit_program.checked_fit(self, program, f, wanted)
+        else:
+            consts = fit_program.starting_constants(self, program, f, constants, fit, start)
+            why = fit_program.unphysical(self, f, consts, program.params)
+            ident = None if why else fit_program.screen_identifiability(self, program, consts, wanted)
         surrogate = consts  # what a screen (or a full job started from it) fingerprints
-        why = fit_program.unphysical(self, f, consts, program.params)
         if why is not None:
             return scoring.invalid(why, t0, consts)
-        ident = fit_program.screen_identifiability(self, program, consts, pinned and fit and constants is None
-                                                   and not refine)
         if unpinned(ident):
             return replace(scoring.invalid(unpinned_reason(ident), t0, consts), identifiability=ident)
         measured, spread = (not names.isdisjoint(program.params) for names in (MEASURED_NAMES, SPREAD_NAMES))

@@ -47,19 +47,53 @@ def starting_constants(data: JudgeData, program, f, constants, fit: bool, start)
         return {k: np.asarray(v, np.float64) for k, v in constants.items()}
     if not fit:
         return {k: x0.copy() for k in groups}
-    if start is not None and set(start) >= set(groups):
+    if starts_from(data, start):
         return {k: np.asarray(start[k], np.float64) for k in groups}
     return surrogate_fit(data, program, f)
 
 
+def starts_from(data: JudgeData, start) -> bool:
+    """Whether `start` (an earlier surrogate fit's constants) has every fitting group's."""
+    return start is not None and set(start) >= set(data.groups())
+
+
 def surrogate_fit(data: JudgeData, program, f) -> dict[str, np.ndarray]:
     """Constants per fitting group, fitted on the reference states, step rows and constraints."""
-    consts = {}
-    for key, exps in data.groups().items():
-        st = [s for e in exps for s in reference_stage_states(data, e)]
-        consts[key], _ = fit_constants(f, compiled_gradient(program), program.initial_constants, st,
-                                       data.rows_for(exps), constraints(data, key, exps).for_program(program.params))
-    return consts
+    return {key: _fit_group(data, program, f, key, exps) for key, exps in data.groups().items()}
+
+
+def _fit_group(data: JudgeData, program, f, key: str, exps) -> np.ndarray:
+    """One fitting group's surrogate fit (`surrogate_fit`)."""
+    st = [s for e in exps for s in reference_stage_states(data, e)]
+    x, _ = fit_constants(f, compiled_gradient(program), program.initial_constants, st, data.rows_for(exps),
+                         constraints(data, key, exps).for_program(program.params))
+    return x
+
+
+def checked_fit(data: JudgeData, program, f, pinned: bool) -> tuple[dict, str | None, dict | None]:
+    """`surrogate_fit`, each group checked as soon as it is fitted, so a refused program costs
+    the groups up to the first that refuses it, not all (issue 31: a quarter of a run's screens
+    are refused after their fit, most on the first group). (constants, why, identifiability).
+
+    The order is `unphysical`'s (sorted groups), and each group's physical rules come before its
+    identifiability: an unphysical program gets the very reason `unphysical` gives after a whole
+    fit. `pinned` (`screen_identifiability`'s `wanted`): a group with a constant the data cannot
+    pin ends it too; its reason then names the groups fitted so far (a later group could have
+    been unphysical: the program is refused either way). Constants, when all groups pass, are
+    `surrogate_fit`'s bit for bit."""
+    consts: dict[str, np.ndarray] = {}
+    ident: dict[str, dict] | None = {} if pinned and data.diagnostics else None
+    by_model = grids(data)
+    for key, exps in sorted(data.groups().items()):
+        consts[key] = _fit_group(data, program, f, key, exps)
+        why = _group_unphysical(data, f, key, exps, consts[key], program.params, by_model)
+        if why:
+            return consts, why, ident
+        if ident is not None and program.constants:
+            ident[key] = _group_identifiability(data, program, exps, consts[key], None)
+            if ident[key]["unpinned"]:
+                return consts, None, ident
+    return {key: consts[key] for key in data.groups()}, None, ident
 
 
 def refine(data: JudgeData, program, f, consts: dict, first: Replay, measured: bool,
@@ -88,15 +122,20 @@ def unphysical(data: JudgeData, f, consts: dict, params=()) -> str | None:
     by_model = grids(data)
     for key, exps in sorted(data.groups().items()):
         c = consts.get(key)
-        if c is None:
-            continue
-        models = data.models_of(key, exps)
-        why = (physics.check_program(f, c, probe(data, key, exps), None)
-               or physics.check_by_model(f, {m: c for m in models}, None, {m: by_model[m] for m in models},
-                                         physics.measured_read(params)))
-        if why:
-            return f"unphysical: {why}"
+        if c is not None:
+            why = _group_unphysical(data, f, key, exps, c, params, by_model)
+            if why:
+                return why
     return None
+
+
+def _group_unphysical(data: JudgeData, f, key, exps, c, params, by_model) -> str | None:
+    """`unphysical` of one fitting group's constants `c`."""
+    models = data.models_of(key, exps)
+    why = (physics.check_program(f, c, probe(data, key, exps), None)
+           or physics.check_by_model(f, {m: c for m in models}, None, {m: by_model[m] for m in models},
+                                     physics.measured_read(params)))
+    return f"unphysical: {why}" if why else None
 
 
 def screen_identifiability(data: JudgeData, program, consts, wanted: bool) -> dict[str, dict] | None:
@@ -112,20 +151,21 @@ def identifiability(data: JudgeData, program, consts, fitted_on: Replay | None) 
     reference) plus the real step rows with a measured cycle."""
     if not program.constants:
         return {}
-    out = {}
-    for key, exps in sorted(data.groups().items()):
-        if key not in consts:
-            continue
-        parts = []
-        for e in exps:
-            if fitted_on is not None and len(fitted_on.results[e.id].states):
-                parts += [st.X for st in stage_states(data, e, fitted_on.results[e.id].states)]
-            else:
-                parts += [st.X for st in reference_stage_states(data, e)]
-        parts += [r.X[r.train & r.has_target] for r in data.rows_for(exps)]
-        X = np.vstack(parts) if parts else np.zeros((0, len(COMPONENTS)))
-        X = np.ascontiguousarray(X[subsample(len(X), IDENTIFY_ROWS)])
-        ident = program_identifiability(program, consts[key], X)
-        out[key] = {"rank": ident.rank, "n_constants": ident.n_constants, "unpinned": ident.unpinned(),
-                    "summary": ident.summary()}
-    return out
+    return {key: _group_identifiability(data, program, exps, consts[key], fitted_on)
+            for key, exps in sorted(data.groups().items()) if key in consts}
+
+
+def _group_identifiability(data: JudgeData, program, exps, c, fitted_on: Replay | None) -> dict:
+    """`identifiability` of one fitting group's constants `c`."""
+    parts = []
+    for e in exps:
+        if fitted_on is not None and len(fitted_on.results[e.id].states):
+            parts += [st.X for st in stage_states(data, e, fitted_on.results[e.id].states)]
+        else:
+            parts += [st.X for st in reference_stage_states(data, e)]
+    parts += [r.X[r.train & r.has_target] for r in data.rows_for(exps)]
+    X = np.vstack(parts) if parts else np.zeros((0, len(COMPONENTS)))
+    X = np.ascontiguousarray(X[subsample(len(X), IDENTIFY_ROWS)])
+    ident = program_identifiability(program, c, X)
+    return {"rank": ident.rank, "n_constants": ident.n_constants, "unpinned": ident.unpinned(),
+            "summary": ident.summary()}
