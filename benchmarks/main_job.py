@@ -230,6 +230,18 @@ load 1.13 -> 1.89): 1938.6 s (32.3 min; 2030.1 s at 9d60a56, -4.5%; goal 12), 1.
 `worker_busy_share` 0.842 (0.840): the same archive as at 9d60a56 (260 full evaluations, 1,712
 screens, 555 refused, 28 twins, 478 redrawn; frontier 84, hypervolume 47.919; #652 with the same
 figures). Its hand-over (4 programs of 1, 2, 2 and 5 constants) took ~24 s.
+With screens that stop their fit at the first fitting group that refuses the program (ce797d3,
+`fit_program.checked_fit`; 2026-11-29, a new session, fresh worktree, nothing else running):
+the README job (05:03-05:23, load 1.05 -> 2.12) took 1167.5 s (19.5 min; 1260.4 s at 3841796,
+-7.4%; goal 10), 1.713 eval/s, CPU 2108 s (2282), peak PSS 944 MB, busy share 0.829; the trace
+run (05:34-06:02, load 0.73 -> 1.94) 1668.7 s (27.8 min; 1938.6 s, -14%; goal 12), 1.199 eval/s,
+CPU 3059 s (3371), peak PSS 1337 MB, busy share 0.834. Both wrote the same archives as before:
+the same counts, frontiers (106 / 84), hypervolumes (42.249 / 47.919) and hand-overs (#1343 /
+#652 with the same figures). Only refused screens changed: their worker seconds fell from 297 to
+140 (README job: 563 unpinned at 0.13 s each, 0.29 s before; 332 unphysical at 0.18 s, 0.38 s)
+and from 851 to 407 (trace run: 571 unpinned at 0.39 s, 0.74 s; 351 unphysical at 0.49 s, 1.16 s).
+18 (16) programs moved from "unphysical" to "unpinned": a group before the one that breaks a
+rule already had a constant the data cannot pin, and the fit now stops there.
 """
 from __future__ import annotations
 
