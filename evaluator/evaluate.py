@@ -67,12 +67,7 @@ class Evaluator(JudgeData):
         f = program.compiled()
         refine = fit and refine and constants is None and not kinds
         wanted = pinned and fit and constants is None and not refine
-        if fit and constants is None and not fit_program.starts_from(self, start):
-            consts, why, ident = fit_program.checked_fit(self, program, f, wanted)
-        else:
-            consts = fit_program.starting_constants(self, program, f, constants, fit, start)
-            why = fit_program.unphysical(self, f, consts, program.params)
-            ident = None if why else fit_program.screen_identifiability(self, program, consts, wanted)
+        consts, why, ident = fit_program.checked_constants(self, program, f, constants, fit, start, wanted)
         surrogate = consts  # what a screen (or a full job started from it) fingerprints
         if why is not None:
             return scoring.invalid(why, t0, consts)

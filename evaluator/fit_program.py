@@ -52,6 +52,18 @@ def starting_constants(data: JudgeData, program, f, constants, fit: bool, start)
     return surrogate_fit(data, program, f)
 
 
+def checked_constants(data: JudgeData, program, f, constants, fit: bool, start,
+                      wanted: bool) -> tuple[dict, str | None, dict | None]:
+    """`starting_constants` and their checks: (constants, why unphysical or None, the screen's
+    identifiability or None). A fit made now is `checked_fit` (it stops at the first group that
+    refuses the program); given constants are checked whole."""
+    if fit and constants is None and not starts_from(data, start):
+        return checked_fit(data, program, f, wanted)
+    consts = starting_constants(data, program, f, constants, fit, start)
+    why = unphysical(data, f, consts, program.params)
+    return consts, why, None if why else screen_identifiability(data, program, consts, wanted)
+
+
 def starts_from(data: JudgeData, start) -> bool:
     """Whether `start` (an earlier surrogate fit's constants) has every fitting group's."""
     return start is not None and set(start) >= set(data.groups())
