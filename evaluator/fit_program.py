@@ -38,35 +38,23 @@ def refusal(data: JudgeData, program) -> str | None:
     return kernels_missing(data, program) or units_violation(program)
 
 
-def starting_constants(data: JudgeData, program, f, constants, fit: bool, start) -> dict[str, np.ndarray]:
-    """The constants to simulate first: those given, the declared ones (fit=False), an earlier
-    surrogate fit's (`start`, the cascade's screen) or a surrogate fit now."""
-    groups = data.groups()
-    x0 = program.initial_constants
-    if constants is not None:
-        return {k: np.asarray(v, np.float64) for k, v in constants.items()}
-    if not fit:
-        return {k: x0.copy() for k in groups}
-    if starts_from(data, start):
-        return {k: np.asarray(start[k], np.float64) for k in groups}
-    return surrogate_fit(data, program, f)
-
-
 def checked_constants(data: JudgeData, program, f, constants, fit: bool, start,
                       wanted: bool) -> tuple[dict, str | None, dict | None]:
-    """`starting_constants` and their checks: (constants, why unphysical or None, the screen's
-    identifiability or None). A fit made now is `checked_fit` (it stops at the first group that
-    refuses the program); given constants are checked whole."""
-    if fit and constants is None and not starts_from(data, start):
+    """The constants to simulate first and their checks: (constants, why unphysical or None,
+    the screen's identifiability or None). Constants given, the declared ones (fit=False) or an
+    earlier surrogate fit's (`start`, the cascade's screen) are checked whole; a fit made now is
+    `checked_fit` (it stops at the first group that refuses the program)."""
+    groups = data.groups()
+    if constants is not None:
+        consts = {k: np.asarray(v, np.float64) for k, v in constants.items()}
+    elif not fit:
+        consts = {k: program.initial_constants.copy() for k in groups}
+    elif start is not None and set(start) >= set(groups):
+        consts = {k: np.asarray(start[k], np.float64) for k in groups}
+    else:
         return checked_fit(data, program, f, wanted)
-    consts = starting_constants(data, program, f, constants, fit, start)
     why = unphysical(data, f, consts, program.params)
     return consts, why, None if why else screen_identifiability(data, program, consts, wanted)
-
-
-def starts_from(data: JudgeData, start) -> bool:
-    """Whether `start` (an earlier surrogate fit's constants) has every fitting group's."""
-    return start is not None and set(start) >= set(data.groups())
 
 
 def surrogate_fit(data: JudgeData, program, f) -> dict[str, np.ndarray]:
