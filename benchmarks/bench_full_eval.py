@@ -238,7 +238,7 @@ def pool_wall(data: str, splits: list[str], sources: dict[str, str], names: list
                 t0 = time.perf_counter()
                 res = pool.run([Job(0, src, "full", screen.constants, screen=screen)])[0]
                 walls.append(time.perf_counter() - t0)
-                work.append(res.seconds)  # the split jobs' own seconds, summed
+                work.append(res.seconds - screen.seconds)  # the split jobs' own seconds, summed
             print(f"{name:20s} full job on the local pool (2 workers), wall: "
                   + ", ".join(f"{w:.2f}" for w in walls) + f" s (min {min(walls):.2f} s); its split jobs took "
                   + ", ".join(f"{w:.2f}" for w in work) + f" s of worker time; valid {res.valid}")

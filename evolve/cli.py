@@ -464,6 +464,7 @@ def cmd_handover(args) -> int:
     from evolve.handover import hand_over
     from evolve.workers import ExecutorError, WorkerPool
     from evaluator.data import load
+    from evaluator.holdout import split_labels
     from evaluator.served_shapes import usable_check
     if not Path(args.archive).exists():
         sys.exit(f"error: no archive at {args.archive}")
@@ -481,8 +482,9 @@ def cmd_handover(args) -> int:
         sys.exit(f"error: the run's data cannot be read: {e}")
     pools = []
 
-    def pool():
-        pools.append(WorkerPool(cfg.data, cfg.train_fraction, args.workers, cfg.timeout_s, heldout=True))
+    def pool():  # as the run's: a start's full job is cut into its held-out splits
+        pools.append(WorkerPool(cfg.data, cfg.train_fraction, args.workers, cfg.timeout_s, heldout=True,
+                                splits=split_labels(gt.experiments)))
         return pools[-1]
     before = run.get("recommended")
     try:

@@ -16,9 +16,9 @@ the ideal from the declared-start figures of every program the rule chose among;
 declared-start order). A program with no constants, or one that lands in the same basin from
 every start, keeps its figures.
 
-The start evaluations run on the run's executor, as whole held-out full jobs (`evolve run`
-keeps the search's workers up for them: a new pool made the shared states again, ~15-20 s of
-both cores idle). Each program's starts are written to its evaluation (`Archive.set_fit_starts`)
+The start evaluations run on the run's executor, as the search's candidates do: a screen, then
+its held-out splits as jobs of their own (`evolve run` keeps the search's workers up for them:
+a new pool made the shared states again, ~15-20 s of both cores idle). Each program's starts are written to its evaluation (`Archive.set_fit_starts`)
 as soon as they are all in, so a killed hand-over loses only the program in flight, and a
 `--resume` takes the stored ones.
 """
@@ -84,8 +84,16 @@ def _evaluate_starts(archive: Archive, todo: list[dict], n_starts: int,
                      pool_factory: Callable[[], Executor]) -> dict[int, list[dict]]:
     """Fit each program of `todo` from its extra start points on the executor (started only if
     some program has constants); store and return each program's start records (start 0: its
-    archived evaluation) as soon as all of them are in."""
-    programs, jobs, owner, got, out = {}, [], {}, {}, {}
+    archived evaluation) as soon as all of them are in.
+
+    Each start runs as the search runs a candidate: a screen (the in-sample fit from that start),
+    then a full job carrying it, which an executor with held-out splits cuts into one job per
+    split, before the screens still waiting (so a kill loses the programs in flight, not every
+    start). The result is the one a whole full job makes (`Executor._join`, bit for bit: the
+    README job's four programs' stored starts are identical), and the split jobs keep every
+    worker busy to the end: 12 whole jobs of 3-13 s could keep at most 12 workers busy, and the
+    longest decided when the last finished."""
+    programs, screens, owner, got, out = {}, [], {}, {}, {}
     for rec in todo:
         try:
             program = parse_program(rec["source"])
@@ -95,21 +103,33 @@ def _evaluate_starts(archive: Archive, todo: list[dict], n_starts: int,
         programs[rec["id"]] = (rec, program, points)
         got[rec["id"]] = {}
         for i, x in enumerate(points[1:], 1):
-            jobs.append(Job(index=len(jobs), source=program.with_constants(x), kind="full", batch=-1))
-            owner[id(jobs[-1])] = (rec["id"], i)
+            screens.append(Job(index=len(screens), source=program.with_constants(x), kind="screen", batch=-1))
+            owner[screens[-1].index] = (rec["id"], i)
     for pid, (rec, program, points) in programs.items():  # nothing to run: only the declared start
         if len(points) <= 1:
             out[pid] = _store(archive, rec, program, points, {}, n_starts)
 
     def each(job: Job, res: Evaluation) -> None:
-        pid, i = owner[id(job)]
+        pid, i = owner[job.index]
         got[pid][i] = res
         rec, program, points = programs[pid]
         if len(got[pid]) == len(points) - 1:
             out[pid] = _store(archive, rec, program, points, got[pid], n_starts)
 
-    if jobs:
-        pool_factory().run(jobs, each)
+    if screens:
+        pool = pool_factory()
+        for job in screens:
+            pool.submit(job)
+        while pool.busy:
+            for job, res in pool.poll():
+                if job.batch != -1:  # a search job still in flight when the run ended (speculative)
+                    continue
+                if job.kind == "screen" and res.valid:  # its held-out splits next, before other screens
+                    pool.submit(Job(job.index, job.source, "full", res.constants, screen=res, batch=-1), first=True)
+                else:  # a full job back, or a start refused in-sample (a whole full job ends the same way)
+                    each(job, res)
+            if pool.busy:
+                pool.wait()
     return out
 
 

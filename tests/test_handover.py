@@ -4,6 +4,7 @@ fits nothing again, and a program whose other basin extrapolates badly loses."""
 from __future__ import annotations
 
 import json
+import os
 import math
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evaluator.fit_starts import evaluate_starts, worst_objectives
+from evaluator.holdout import split_labels
 from evaluator.objectives import ideal_point
 from evaluator.program import parse_program
 from evaluator.records import Evaluation
@@ -90,17 +92,24 @@ def handover_archive(tmp_path_factory, small_ev, small_data):
     return path, run, evs
 
 
-def _handover(path, run, *extra):
+def _handover(path, run, *extra, env=None):
     return subprocess.run([sys.executable, "-m", "evolve.cli", "handover", run, "--archive", str(path),
-                           "--workers", "1", *extra], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                           "--workers", "1", *extra], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_handover_command_fits_the_shortlist_from_its_starts_once(handover_archive, small_ev):
     path, run, evs = handover_archive
     # --shortlist 1 weighs the first program alone; the full pass then fits only the other
-    first = _handover(path, run, "--starts", "2", "--shortlist", "1")
+    phases = path.parent / "phases.txt"
+    first = _handover(path, run, "--starts", "2", "--shortlist", "1", env={"STEPEVOLVE_PHASE_FILE": str(phases)})
     assert first.returncode == 0, first.stderr
     assert "fitting 1 of the 1 best programs" in first.stderr
+    # its start ran as the search runs a candidate: a screen, then one job per held-out split
+    # (which any free worker takes), not one whole job
+    took = [line.split()[0] for line in phases.read_text().splitlines()]
+    assert took[0] == "start-screen" and took.count("start-split") == len(split_labels(small_ev.all_exps)) > 1
+    assert "start-full" not in took
     a = Archive(path, readonly=True)
     assert sum(bool(p["evaluation"].get("fit_starts")) for p in map(a.program, _ids(a, run))) == 1
     a.close()

@@ -335,11 +335,15 @@ def test_an_executor_joins_split_jobs_into_the_one_process_evaluation(ev):
     ex.submit(full, first=True)  # its splits go before the queued screen
     assert [j.split for j in ex.pending] == labels + [None]
     cut = ex.pending[:-1]
-    ex._poll = lambda: [(j, wire(ev.evaluate_split(p, j.split, j.overheads))) for j in reversed(cut[2:])]
+    back = {j.split: wire(ev.evaluate_split(p, j.split, j.overheads)) for j in cut}
+    ex._poll = lambda: [(j, back[j.split]) for j in reversed(cut[2:])]
     assert ex.poll() == []  # two splits still out
-    ex._poll = lambda: [(j, wire(ev.evaluate_split(p, j.split, j.overheads))) for j in cut[:2]]
+    ex._poll = lambda: [(j, back[j.split]) for j in cut[:2]]
     (job, joined), = ex.poll()
     assert job is full
+    # the worker time the candidate took, its screen's included (the archive's seconds)
+    assert joined.seconds == pytest.approx(screen.seconds + sum(r.seconds for r in back.values()))
+    assert joined.seconds > screen.seconds > 0
     a, b = whole.to_json(), joined.to_json()
     assert b.pop("seconds") > 0 and a.pop("seconds") > 0
     assert json.dumps(a) == json.dumps(b)
