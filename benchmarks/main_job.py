@@ -242,6 +242,30 @@ the same counts, frontiers (106 / 84), hypervolumes (42.249 / 47.919) and hand-o
 and from 851 to 407 (trace run: 571 unpinned at 0.39 s, 0.74 s; 351 unphysical at 0.49 s, 1.16 s).
 18 (16) programs moved from "unphysical" to "unpinned": a group before the one that breaks a
 rule already had a constant the data cannot pin, and the fit now stops there.
+Where the README job's time goes (2026-11-29, a new session; dbdea09, a fresh worktree with
+timestamps added to the phase lines, uncommitted; 08:09-08:28, load 0.80 -> 1.88): 1122.8 s
+(18.7 min), 1.781 eval/s, CPU 2037 s (driver 75 s, sampler 34 s), peak PSS 940 MB, the same
+archive and hand-over (#1343). Of the wall: 37 s before the run exists (a fresh checkout:
+importing `evaluator.simulator` compiles `_simulate`, 36.8 s alone), 11 s for the pool (the shared
+states' helper, two workers), 22.7 s for the 8 seeds (whole full jobs, one worker idle 17% of
+it), 1,025 s of search and 25 s of hand-over. In the search the workers had fewer than 2 jobs
+in flight 7.9% of the time; their jobs took 1,877 worker-s (screens 972, split jobs 905): the
+judge alone needs 938 s on two cores, so the 10-minute goal needs a judge ~40% cheaper per
+proposal, not a busier pool. `worker_busy_share` read 0.829 because a cut full evaluation's
+seconds left out its screen's; from d865609 they include it.
+At d865609 (hand-over starts as a screen and split jobs; the same judge; 09:04-09:23, load 0.13
+-> 2.14): 1133.5 s (18.9 min), 1.764 eval/s, CPU 2058 s (driver 76 s, sampler 36 s), peak PSS
+925 MB, `worker_busy_share` 0.915; the same 2,000 evaluations (hash, stage, validity, objectives)
+and the same stored fit starts. Hand-over 28.6 s, one worker idle 0.2% of it (6.7% before; its
+wall is inside this VM's noise: the seeds' same whole jobs took 25.1 worker-s here, 37.8 before).
+The trace run at d865609 (09:24-09:53, load 0.93 -> 1.90): 1775.7 s (29.6 min; 1668.7 s last
+session, the same code but for the hand-over; goal 12), 1.126 eval/s, CPU 3202 s (driver 89 s),
+peak PSS 1522 MB (driver 453, workers 536 / 525 at the peak; 306 / 515 / 509 last session: not
+explained), `worker_busy_share` 0.911; the same 2,000 evaluations and fit starts as last
+session's (frontier 84, hypervolume 47.919, #652). Of the wall: 47 s before the run exists, 21 s
+to the seeds, 18.7 s of seeds, 1,675.5 s of search (fewer than 2 jobs in flight 8.9% of it; the
+judge's jobs 3,041 worker-s, screens 1,484 and split jobs 1,557: 1,520 s on two cores, twice the
+12-minute goal) and 20.5 s of hand-over (0.1% idle).
 """
 from __future__ import annotations
 
