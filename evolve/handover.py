@@ -18,9 +18,9 @@ every start, keeps its figures.
 
 The start evaluations run on the run's executor, as the search's candidates do: a screen, then
 its held-out splits as jobs of their own (`evolve run` keeps the search's workers up for them:
-a new pool made the shared states again, ~15-20 s of both cores idle). Each program's starts are written to its evaluation (`Archive.set_fit_starts`)
-as soon as they are all in, so a killed hand-over loses only the program in flight, and a
-`--resume` takes the stored ones.
+a new pool made the shared states again, ~15-20 s of both cores idle). Each program's starts
+are written to its evaluation (`Archive.set_fit_starts`) as soon as they are all in, so a
+killed hand-over loses only the programs in flight, and a `--resume` takes the stored ones.
 """
 from __future__ import annotations
 
@@ -109,27 +109,19 @@ def _evaluate_starts(archive: Archive, todo: list[dict], n_starts: int,
         if len(points) <= 1:
             out[pid] = _store(archive, rec, program, points, {}, n_starts)
 
-    def each(job: Job, res: Evaluation) -> None:
+    def each(job: Job, res: Evaluation) -> list[Job]:
+        if job.kind == "screen" and res.valid:  # its held-out splits next, before other screens
+            return [Job(job.index, job.source, "full", res.constants, screen=res, batch=-1)]
+        # a full job back, or a start refused in-sample (a whole full job ends the same way)
         pid, i = owner[job.index]
         got[pid][i] = res
         rec, program, points = programs[pid]
         if len(got[pid]) == len(points) - 1:
             out[pid] = _store(archive, rec, program, points, got[pid], n_starts)
+        return []
 
     if screens:
-        pool = pool_factory()
-        for job in screens:
-            pool.submit(job)
-        while pool.busy:
-            for job, res in pool.poll():
-                if job.batch != -1:  # a search job still in flight when the run ended (speculative)
-                    continue
-                if job.kind == "screen" and res.valid:  # its held-out splits next, before other screens
-                    pool.submit(Job(job.index, job.source, "full", res.constants, screen=res, batch=-1), first=True)
-                else:  # a full job back, or a start refused in-sample (a whole full job ends the same way)
-                    each(job, res)
-            if pool.busy:
-                pool.wait()
+        pool_factory().run(screens, each)
     return out
 
 

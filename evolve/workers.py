@@ -335,18 +335,29 @@ class Executor:
     def _limit(self, job: Job) -> float:
         return time_limit(job, self.timeout_s, self.heldout)
 
-    def run(self, jobs: list[Job], each: Callable[[Job, Evaluation], None] | None = None) -> list[Evaluation]:
+    def run(self, jobs: list[Job], each: Callable[[Job, Evaluation], list[Job] | None] | None = None
+            ) -> list[Evaluation]:
         """Evaluate a batch and wait for all of it; results in job order. `each(job, result)` is
         called as each job comes back (the hand-over stores a program's starts as soon as they
-        are in, so a kill loses only the program in flight)."""
+        are in, so a kill loses only the programs in flight) and may return jobs to run next,
+        ahead of those waiting (the hand-over's full job after its screen). Results of jobs
+        this call did not submit (a search job still in flight when the run ended) are left out."""
+        mine: dict[int, Job] = {}
+
+        def put(job: Job, first: bool = False) -> None:
+            mine[id(job)] = job  # kept alive, so that no other job takes its id meanwhile
+            self.submit(job, first)
+
         for j in jobs:
-            self.submit(j)
+            put(j)
         done: dict[int, Evaluation] = {}
         while self.busy:
             for job, res in self.poll():
+                if id(job) not in mine:
+                    continue
                 done[id(job)] = res
-                if each is not None:
-                    each(job, res)
+                for nxt in (each(job, res) if each is not None else None) or ():
+                    put(nxt, first=True)
             if self.busy:
                 self.wait()
         return [done[id(j)] for j in jobs]

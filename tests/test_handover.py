@@ -4,8 +4,8 @@ fits nothing again, and a program whose other basin extrapolates badly loses."""
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path

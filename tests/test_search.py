@@ -127,6 +127,28 @@ def test_a_worker_that_answers_gets_the_next_job_in_the_same_poll():
     assert [j for j, _ in got] == jobs[:2] and rest == [] and all(r.valid for _, r in got)
 
 
+def test_run_hands_back_only_its_own_jobs_and_runs_their_follow_ups_first():
+    """`Executor.run`: a job submitted before it (a search job still in flight when the hand-over
+    starts) is waited for but neither returned nor passed to `each`; the jobs `each` returns run
+    next, ahead of the batch's jobs still waiting (the worker that answered took the next one in
+    the same poll), and come back through `each` too."""
+    pool = WorkerPool(DATA[0], workers=1, timeout_s=120)
+    src = seed_sources()["roofline"]
+    foreign, a, b, c = (Job(i, src, "screen", batch=7) for i in range(4))
+    follow = Job(4, src, "screen", batch=-1)
+    seen = []
+
+    def each(job, res):
+        seen.append(job)
+        return [follow] if job is a else []
+    try:
+        pool.submit(foreign)
+        res = pool.run([a, b, c], each)
+    finally:
+        pool.close()
+    assert seen == [a, b, follow, c] and len(res) == 3 and all(r.valid for r in res)
+
+
 def test_a_finished_loop_can_leave_its_workers_to_the_hand_over(tmp_path):
     """`loop(keep_pool=True)` (what `evolve run` asks): the run's workers stay up for the hand-
     over's start fits instead of a new pool making the shared states again; the default closes
