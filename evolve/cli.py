@@ -355,6 +355,10 @@ def cmd_run(args) -> int:
               f"({w.get('unpinned', 0)} of them with a constant the data cannot pin"
               f"{': refused after their fit' if cfg.pinned_only else ''}), "
               f"{w.get('twins', 0)} twins (screened, then skipped: they behave like an earlier program)")
+    ahead = out.get("ahead") or {}
+    if ahead.get("submitted"):
+        con.print(f"idle workers: {ahead['submitted']} screens of the next generation run ahead, "
+                  f"{ahead['used']} of them taken by it")
     if out.get("llm_spend_text"):
         con.print(f"LLM spend: {out['llm_spend_text']}")
     if out["best"]:

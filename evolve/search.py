@@ -47,6 +47,7 @@ from evaluator.records import Evaluation
 from evolve.archive import Archive
 from evolve.config import RunConfig
 from evolve.llm import ParentInfo, ProposalRequest, mutator_for
+from evolve.lookahead import AHEAD_BATCH, FLYING, Lookahead
 from evolve.mutate import OPERATOR_WEIGHTS, OfflineMutator
 from evolve.views.holdout_table import split_errors
 from evolve.views.history import front_hypervolume
@@ -210,6 +211,7 @@ class Search:
         # results a killed run had received for candidates it had not written yet, by (hash, kind)
         self._pending: dict[tuple[str, str], Evaluation] = {}
         self._phase_file = os.environ.get("STEPEVOLVE_PHASE_FILE")  # tests: where the driver is
+        self._ahead = Lookahead(pinned=cfg.pinned_only)  # the next generation's screens on idle workers
 
     @functools.cached_property
     def planned(self) -> int:
@@ -351,7 +353,11 @@ class Search:
                 if empty >= MAX_EMPTY_GENERATIONS and not redo:
                     break  # the operators find nothing new any more: stop rather than spin
                 if batch or redo:
-                    self._evaluate_batch(batch, screen=self.cfg.cascade)
+                    # the next generation's size if this one is written whole (offline proposals only:
+                    # an LLM generation is proposed ahead already, and a resumed one is settled first)
+                    ahead = 0 if redo or self.llm is not None or not self.cfg.cascade else \
+                        min(self.cfg.generation_size, self.cfg.budget - done - len(batch))
+                    self._evaluate_batch(batch, screen=self.cfg.cascade, ahead=ahead)
                 self._redo_gen = None
             # a run that evaluated nothing is not claimed as finished
             status = "finished" if self.archive.get_run(self.run_id)["n_evaluated"] else "failed"
@@ -359,13 +365,16 @@ class Search:
             status = "interrupted"
             raise
         finally:
+            if getattr(self, "pool", None) is not None:
+                self.pool.discard(AHEAD_BATCH)  # look-ahead screens no worker has started
             if locals().get("status") == "finished":
                 self.archive.clear_pending(self.run_id)  # nothing a later generation could take
             self.archive.finish_run(self.run_id, status if "status" in locals() else "interrupted")
             self.close(keep_pool=keep_pool and locals().get("status") == "finished")
         return {"run_id": self.run_id, "seconds": time.perf_counter() - t0,
                 "frontier": [m.id for m in self.state.frontier], "killed": pool.killed,
-                "skipped_duplicates": self.skipped, "llm_spend": self.spend.summary() if self.llm else None}
+                "skipped_duplicates": self.skipped, "llm_spend": self.spend.summary() if self.llm else None,
+                "ahead": {"submitted": self._ahead.submitted, "used": self._ahead.used}}
 
     # -------------------------------------------------------------- proposal
     def _parent_pool(self) -> tuple[list[Member], list[Member]]:
@@ -418,6 +427,21 @@ class Search:
             self.seen.add(prog.hash)
             out.append(Candidate(prog, tuple(m.id for m in parents), op))
         return out
+
+    def _propose_ahead(self, n: int) -> list[tuple[str, str]]:
+        """What `_propose_offline` would propose for the next generation if it were proposed now,
+        as (hash, source) (`evolve.lookahead`): the search's random stream, seen programs, skip
+        count and parent pool are left as they were, so the next generation's own proposal is
+        unchanged by it."""
+        kept = (self.generation, self.rng.getstate(), set(self.seen), self.skipped, self._pool_key, self._pool_cache)
+        try:
+            self.generation += 1
+            self._reseed()
+            return [(c.program.hash, c.program.source) for c in self._propose_offline(n)]
+        finally:
+            gen, rng, self.seen, self.skipped, self._pool_key, self._pool_cache = kept
+            self.generation = gen
+            self.rng.setstate(rng)
 
     def _llm_submit(self, n: int, generation: int):
         """Build this generation's prompts now (parents from the current state) and start the
@@ -488,7 +512,7 @@ class Search:
         """The full evaluation of screened candidate `i`, starting from its screen's constants."""
         return Job(i, c.program.source, "full", screen_ev.constants, screen=screen_ev, batch=batch)
 
-    def _evaluate_batch(self, batch: list[Candidate], screen: bool) -> None:
+    def _evaluate_batch(self, batch: list[Candidate], screen: bool, ahead: int = 0) -> None:
         todo: list[tuple[int, Candidate]] = []
         seen: dict[str, int] = {}
         # a generation proposed again on resume: its candidates already stored are settled as
@@ -543,8 +567,20 @@ class Search:
             if screen and (c.program.hash, "full") in self._pending:
                 full[i] = self._pending.pop((c.program.hash, "full"))
                 consumed = True
+        waiting: dict[str, int] = {}  # a look-ahead screen still on a worker -> its candidate
+        early: list[tuple[Job, Evaluation]] = []  # look-ahead results taken: kept as received ones
         for i, c in fresh:
-            if i not in first:
+            if screen and i not in first:
+                got_ev = self._ahead.claim(c.program.hash, self.generation)
+                if got_ev is FLYING:
+                    waiting[c.program.hash] = i
+                elif got_ev is not None:
+                    first[i] = got_ev
+                    early.append((Job(i, c.program.source, "screen", batch=b), got_ev))
+                    self._phase("result-screen", i)
+        self._ahead.begin(self.generation)
+        for i, c in fresh:
+            if i not in first and c.program.hash not in waiting:
                 pool.submit(Job(i, c.program.source, first_kind, batch=b, pinned=screen and self.cfg.pinned_only))
                 self._phase(first_kind, i)
         kept = False  # whether results were kept in the archive's pending table
@@ -553,10 +589,19 @@ class Search:
         twin: dict[int, int] = {}  # a candidate that would earn its full evaluation but behaves like a member
         asked: set[int] = set()  # full evaluations submitted (needed or speculative)
         looked: dict[int, int] = {}  # state size when a speculation was last declined
+        guessed = None  # members when the next generation's screens were guessed (`evolve.lookahead`)
         k = 0
         while k < len(todo):
-            got = []
+            got, early = early, []
             for job, ev in (pool.poll() if pool is not None else ()):
+                if job.batch == AHEAD_BATCH:  # a look-ahead screen (`evolve.lookahead`)
+                    target, h = self._ahead.arrived(job)
+                    i = waiting.pop(h, None) if target == self.generation else None
+                    if i is None:
+                        self._ahead.keep(target, h, ev)
+                        continue
+                    self._ahead.used += 1
+                    job = Job(i, job.source, "screen", batch=b)
                 if job.batch != b:  # a speculative full job of an earlier batch nobody needed
                     continue
                 (full if screen and job.kind == "full" else first)[job.index] = ev
@@ -609,10 +654,20 @@ class Search:
                             self.state.twin_of(first[i].fingerprint, c.program.complexity.total) is None:
                         pool.submit(self._full_job(i, c, first[i], b))
                         asked.add(i)
+                if ahead > 0 and k < len(todo) and pool is not None and pool.spare() > 0:  # idle: the next screens
+                    if guessed is None:
+                        guessed = len(self.state.members)
+                        self._ahead.start(self.generation + 1, self._propose_ahead(ahead))
+                    self._ahead.feed(pool)
             if k < len(todo):  # nothing more to write until a worker answers
                 pool.wait() if pool is not None else time.sleep(0.002)
         if pool is not None:
             pool.discard(b)  # speculative jobs of this batch not started yet
+        self._ahead.end(self.generation)
+        if ahead > 0 and pool is not None:  # the state is final: the guess is the next generation itself
+            if guessed != len(self.state.members):
+                self._ahead.start(self.generation + 1, self._propose_ahead(ahead))
+            self._ahead.feed(pool)  # the workers screen it while this generation is written up
         # this batch is written: its kept results are done with (those a killed run kept for a
         # later generation stay until it is proposed again)
         mine = {c.program.hash for _, c in todo}

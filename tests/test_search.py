@@ -44,13 +44,16 @@ def _content(db):
 
 
 def test_same_seed_same_archive_whatever_the_workers_and_executor(tmp_path):
-    a1, o1 = _run(tmp_path, "a.db", workers=1)
-    a2, o2 = _run(tmp_path, "b.db", workers=2)
-    _, o3 = _run(tmp_path, "c.db", workers=2, executor="ray")  # a local Ray instance, two actors
+    """Two generations after the seeds: the first one's idle workers screen the second ahead
+    (`evolve.lookahead`), on whichever executor."""
+    a1, o1 = _run(tmp_path, "a.db", workers=1, budget=16)
+    a2, o2 = _run(tmp_path, "b.db", workers=2, budget=16)
+    _, o3 = _run(tmp_path, "c.db", workers=2, budget=16, executor="ray")  # a local Ray instance, two actors
     c1, c2, c3 = (_content(tmp_path / f"{x}.db") for x in "abc")
     assert c1 == c2 == c3
-    assert len(c1) >= 9  # seeds + proposals (+ rejected duplicates)
-    assert a1.get_run(o1["run_id"])["n_evaluated"] == 9  # the budget counts the seeds too
+    assert o3["ahead"]["used"] > 0  # Ray hands back the look-ahead's jobs as the local pool does
+    assert len(c1) >= 16  # seeds + proposals (+ rejected duplicates)
+    assert a1.get_run(o1["run_id"])["n_evaluated"] == 16  # the budget counts the seeds too
     assert a1.get_run(o1["run_id"])["status"] == "finished"
     # the frontier is non-empty and every member has a full evaluation
     assert o1["frontier"]
@@ -164,6 +167,75 @@ def test_a_finished_loop_can_leave_its_workers_to_the_hand_over(tmp_path):
         assert s.pool is None and not any(w.proc.is_alive() for w in pool.workers)
     finally:
         s.close()
+
+
+def test_idle_workers_screen_the_next_generation_and_the_archive_is_the_same(tmp_path, monkeypatch):
+    """`evolve.lookahead`: a worker the generation leaves idle screens what the next generation
+    will propose; the next generation takes those results (here some are taken) and the run
+    stores exactly what it stores without the look-ahead."""
+    _, on = _run(tmp_path, "on.db", workers=2, budget=24)
+    assert on["ahead"]["used"] > 0 and on["ahead"]["submitted"] >= on["ahead"]["used"]
+    monkeypatch.setattr(Search, "_propose_ahead", lambda self, n: [])  # never guesses
+    _, off = _run(tmp_path, "off.db", workers=2, budget=24)
+    assert off["ahead"] == {"submitted": 0, "used": 0}
+    assert _content(tmp_path / "on.db") == _content(tmp_path / "off.db")
+
+
+def test_a_guess_proposes_the_next_generation_without_moving_the_search(tmp_path):
+    """`Search._propose_ahead` draws the next generation from the state as it is and leaves the
+    search's random stream, seen programs, skip count and parent pool as they were: the next
+    generation proposed afterwards is the guess itself."""
+    arch = Archive(tmp_path / "g.db")
+    s = Search(RunConfig(budget=8, seed=5, workers=1, generation_size=4, holdout=False, data=DATA[0]), arch)
+    try:
+        s.start()
+        before = (s.rng.getstate(), set(s.seen), s.skipped, s.generation)
+        guess = s._propose_ahead(4)
+        assert (s.rng.getstate(), set(s.seen), s.skipped, s.generation) == before
+        s.generation += 1
+        s._reseed()
+        assert [(c.program.hash, c.program.source) for c in s._propose_offline(4)] == guess and len(guess) == 4
+    finally:
+        s.close()
+
+
+def test_lookahead_hands_each_result_to_the_generation_it_was_guessed_for():
+    """Results come back by program, for the generation they were guessed for only; a screen on
+    a worker is claimed as FLYING (its generation waits for it); a guess made again keeps what
+    is back or running and drops the programs no longer proposed."""
+    from evaluator.records import Evaluation
+    from evolve.lookahead import AHEAD_BATCH, FLYING, Lookahead
+
+    class Pool:
+        def __init__(self, free):
+            self.free, self.jobs = free, []
+
+        def spare(self):
+            return self.free - len(self.jobs)
+
+        def submit(self, job, first=False):
+            self.jobs.append(job)
+
+    look, pool = Lookahead(pinned=True), Pool(free=2)
+    look.start(5, [("a", "A"), ("b", "B"), ("c", "C")])
+    look.feed(pool)  # two idle workers: two screens, the third waits
+    assert [(j.source, j.kind, j.batch, j.pinned) for j in pool.jobs] == [("A", "screen", AHEAD_BATCH, True),
+                                                                           ("B", "screen", AHEAD_BATCH, True)]
+    ja, jb = pool.jobs
+    ev = Evaluation(valid=True, objectives={"e2e_mean": 0.1})
+    look.keep(*look.arrived(ja), ev)
+    assert look.claim("a", 4) is None  # another generation's
+    assert look.claim("b", 5) is FLYING
+    look.start(5, [("b", "B"), ("a", "A"), ("d", "D")])  # guessed again: c dropped, a kept, b running
+    assert look.todo == [("d", "D")]
+    assert look.claim("a", 5) is ev and look.claim("a", 5) is None  # taken once
+    look.begin(5)
+    assert look.todo == []  # not handed to a worker: dropped once the generation has claimed
+    assert look.arrived(jb) == (5, "b")
+    look.end(5)
+    look.keep(5, "b", ev)  # back after its generation was written: dropped
+    assert look.claim("b", 5) is None
+    assert (look.submitted, look.used) == (2, 1)
 
 
 def test_a_candidate_killed_in_several_split_jobs_counts_once():
