@@ -266,6 +266,16 @@ session's (frontier 84, hypervolume 47.919, #652). Of the wall: 47 s before the 
 to the seeds, 18.7 s of seeds, 1,675.5 s of search (fewer than 2 jobs in flight 8.9% of it; the
 judge's jobs 3,041 worker-s, screens 1,484 and split jobs 1,557: 1,520 s on two cores, twice the
 12-minute goal) and 20.5 s of hand-over (0.1% idle).
+With the next generation screened ahead on idle workers (dc9e6b2, `evolve/lookahead.py`;
+2026-11-29, a new session, fresh worktree with timestamps added to the phase lines, uncommitted;
+11:27-11:45, nothing else running; load 1.03 -> 2.01): 1077.7 s (18.0 min; 1133.5 s at d865609,
+-4.9%; goal 10), 1.856 eval/s, CPU 2070 s (driver 94 s, this sampler 11.5 s: it read PSS at every
+sample before, 36 s), peak PSS 920 MB (RSS 1208 MB; driver 500), `worker_busy_share` 0.946
+(0.915): the same archive as d865609's (programs, evaluations, frontier, cells, the hand-over
+#1343 with the same figures). Its search took 981 s (1,025 s): the workers had fewer than 2 jobs
+in flight 4.3% of it (7.9%): after a generation's last job started, 4.1 worker-s (79.5), between
+generations 24.3 (36.9), while a job of the generation still waited to start 56.5 (49.9). 645
+screens ran ahead; the screens' worker seconds, 973 against 972, say few were guessed wrong.
 """
 from __future__ import annotations
 
@@ -440,7 +450,8 @@ def main(argv=None) -> int:
                              sorted((round(v / 2**20) for p, v in at_peak.items() if p != proc.pid), reverse=True),
            "worker_busy_share": busy_share(archive, a.workers),
            "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
-           "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "use #", "  fitted from", "  Held-out misses"))]}
+           "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "idle workers:", "use #", "  fitted from",
+                                                                           "  Held-out misses"))]}
     if a.json:
         print(json.dumps(res, indent=1))
     else:

@@ -201,14 +201,25 @@ class RayPool(Executor):
                     self._replace(i)
                     continue
             if s.job is None and self.pending:  # at once, also to an actor that just answered
-                s.job = self.pending.pop(0)
-                msg = job_message(s.job, self.heldout)
-                self.bytes_sent += len(pickle.dumps(msg))
-                s.ref = s.actor.evaluate.remote(msg)
-                s.started = time.monotonic()
-                self._started(s.job)
+                self._give(s)
         self._tell_if_unplaced()
         return results
+
+    def _give(self, s) -> None:
+        """The first waiting job to slot `s` (its actor ready, without a job)."""
+        s.job = self.pending.pop(0)
+        msg = job_message(s.job, self.heldout)
+        self.bytes_sent += len(pickle.dumps(msg))
+        s.ref = s.actor.evaluate.remote(msg)
+        s.started = time.monotonic()
+        self._started(s.job)
+
+    def _dispatch(self) -> None:
+        for s in self.slots:
+            if not self.pending:
+                return
+            if s.ready and s.job is None:
+                self._give(s)
 
     def _tell_if_unplaced(self) -> None:
         """One line on stderr when no actor is ready `place_warn_s` after the pool started: on a

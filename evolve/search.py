@@ -581,8 +581,8 @@ class Search:
         self._ahead.begin(self.generation)
         for i, c in fresh:
             if i not in first and c.program.hash not in waiting:
+                self._phase(first_kind, i)  # before: a free worker takes the job in `submit` ("start-...")
                 pool.submit(Job(i, c.program.source, first_kind, batch=b, pinned=screen and self.cfg.pinned_only))
-                self._phase(first_kind, i)
         kept = False  # whether results were kept in the archive's pending table
         hashes = dict(todo)
         gate: dict[int, bool] = {}  # the in-order decision per candidate
@@ -625,9 +625,9 @@ class Search:
                 if gate[i]:
                     if i not in full:
                         if i not in asked:
+                            self._phase("full", i)
                             pool.submit(self._full_job(i, c, first[i], b), first=True)
                             asked.add(i)
-                            self._phase("full", i)
                         break
                     self._write(c, full[i], "full")
                 else:

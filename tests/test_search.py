@@ -130,6 +130,29 @@ def test_a_worker_that_answers_gets_the_next_job_in_the_same_poll():
     assert [j for j, _ in got] == jobs[:2] and rest == [] and all(r.valid for _, r in got)
 
 
+def test_a_job_submitted_while_a_worker_is_free_starts_at_once():
+    """`Executor.submit` hands the job to a ready, free worker itself: it does not wait in the
+    queue for the next `poll`, which the search makes only after writing the results it holds."""
+    pool = WorkerPool(DATA[0], workers=1, timeout_s=120)
+    first, second = (Job(i, seed_sources()["roofline"], "screen") for i in range(2))
+    try:
+        pool.submit(first)  # the worker is starting: the job waits for a poll to hand it out
+        got = []
+        while not got:
+            pool.wait()
+            got = pool.poll()
+        assert [j for j, _ in got] == [first] and pool.workers[0].ready and pool.workers[0].job is None
+        pool.submit(second)
+        assert pool.workers[0].job is second and pool.pending == []  # out at once, no poll in between
+        rest = []
+        while not rest:
+            pool.wait()
+            rest = pool.poll()
+    finally:
+        pool.close()
+    assert [j for j, _ in rest] == [second] and rest[0][1].valid
+
+
 def test_run_hands_back_only_its_own_jobs_and_runs_their_follow_ups_first():
     """`Executor.run`: a job submitted before it (a search job still in flight when the hand-over
     starts) is waited for but neither returned nor passed to `each`; the jobs `each` returns run
