@@ -276,6 +276,19 @@ sample before, 36 s), peak PSS 920 MB (RSS 1208 MB; driver 500), `worker_busy_sh
 in flight 4.3% of it (7.9%): after a generation's last job started, 4.1 worker-s (79.5), between
 generations 24.3 (36.9), while a job of the generation still waited to start 56.5 (49.9). 645
 screens ran ahead; the screens' worker seconds, 973 against 972, say few were guessed wrong.
+The trace run at dc9e6b2 (11:46-12:12, same tree, nothing else running; load 0.80 -> 1.87): 1537.3 s
+(25.6 min; 1775.7 s at d865609, -13%; goal 12), 1.301 eval/s, CPU 3000 s (driver 64 s, sampler 17
+s), peak PSS 1371 MB (RSS 1705 MB; driver 306, workers 537 / 521 at the peak), busy share 0.945
+(0.911); the same archive (frontier 84, hypervolume 47.919, #652 with the same figures). Search
+1,476 s, fewer than 2 jobs in flight 4.3% of it (8.9%); 678 screens ran ahead. Its judge's jobs
+took 2,814 worker-s (3,041 at d865609): this VM ran ~7% faster than that day, so about half of the
+-13% is the VM, half the idle time gone.
+With jobs handed out in `Executor.submit` (e5b65db; 12:21-12:40, fresh worktree, nothing else
+running; load 1.82 -> 1.97): 1118.9 s, 1.787 eval/s, CPU 2149 s (driver 97 s, sampler 12 s), peak
+PSS 918 MB, the same archive again; 659 screens ran ahead, 627 of them taken. Fewer than 2 jobs in
+flight 3.4% of the search (4.3% at dc9e6b2): between generations 0.9 worker-s (24.3), after a
+generation's last start 0.1 (4.1), a job still to start 69.3 (56.5). The wall is longer than
+dc9e6b2's because this VM ran ~6% slower: the same jobs took 1,970 worker-s against 1,864.
 """
 from __future__ import annotations
 

@@ -214,12 +214,8 @@ class RayPool(Executor):
         s.started = time.monotonic()
         self._started(s.job)
 
-    def _dispatch(self) -> None:
-        for s in self.slots:
-            if not self.pending:
-                return
-            if s.ready and s.job is None:
-                self._give(s)
+    def _idle(self) -> list:
+        return [s for s in self.slots if s.ready and s.job is None]
 
     def _tell_if_unplaced(self) -> None:
         """One line on stderr when no actor is ready `place_warn_s` after the pool started: on a

@@ -252,6 +252,17 @@ class Executor:
         free starts at once, not at the next `poll`, which the search makes only after writing the
         results it is settling (~18 ms a candidate, a worker idle meanwhile). An executor without
         it hands them out in `poll` alone."""
+        for slot in self._idle():
+            if not self.pending:
+                return
+            self._give(slot)
+
+    def _idle(self) -> list:
+        """The workers (or actors' slots) ready and without a job; `_give(slot)` hands one a job."""
+        return []
+
+    def _give(self, slot) -> None:
+        raise NotImplementedError
 
     def _longest_first(self) -> list[str]:
         """The split labels, the slowest first as recent split jobs measured them (those not
@@ -452,12 +463,8 @@ class WorkerPool(Executor):
         w.conn.send(job_message(w.job, self.heldout))
         self._started(w.job)
 
-    def _dispatch(self) -> None:
-        for w in self.workers:
-            if not self.pending:
-                return
-            if w.ready and w.job is None:
-                self._give(w)
+    def _idle(self) -> list:
+        return [w for w in self.workers if w.ready and w.job is None]
 
     def close(self):
         for w in self.workers:
