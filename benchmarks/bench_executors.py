@@ -69,6 +69,9 @@ Again at b93452c (2026-11-29 04:02, a worker that answers gets its next job in t
 `--data ../shared/data --heldout --jobs 6`, load 0.46 -> 1.48): local 1 worker 0.314/s, 2 workers
 0.478/s (1.52x); Ray 1 worker 0.264/s, 2 workers 0.567/s (2.15x). Six candidates a row: within
 this VM's noise of the figures before (0.256 / 0.527 / 0.266 / 0.533).
+Again at 238649a (2026-11-29 13:06, a job submitted while a worker is free starts in `submit`;
+`--data ../shared/data --heldout --jobs 6`, load 0.16 -> 1.31): local 1 worker 0.274/s, 2 workers
+0.523/s (1.91x); Ray 1 worker 0.299/s, 2 workers 0.623/s (2.08x). Same bytes.
 """
 from __future__ import annotations
 
