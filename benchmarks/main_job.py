@@ -322,6 +322,9 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
 def _tree(pid: int) -> list[int]:
     """`pid` and its descendants."""
     kids = _children()
@@ -347,14 +350,12 @@ def tree_rss(pids: list[int]) -> int:
     return total
 
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
-
-def tree_memory(pid: int, per_process: dict | None = None) -> tuple[int, int]:
-    """(RSS, PSS) in bytes summed over `pid` and its descendants; `per_process`, when given,
-    gets each process's PSS in bytes by pid (the driver is `pid`)."""
+def tree_memory(pids: list[int], per_process: dict | None = None) -> tuple[int, int]:
+    """(RSS, PSS) in bytes summed over `pids` (`_tree`: a process and its descendants);
+    `per_process`, when given, gets each process's PSS in bytes by pid."""
     rss = pss = 0
-    for p in _tree(pid):
+    for p in pids:
         try:
             with open(f"/proc/{p}/smaps_rollup") as f:
                 text = f.read()
@@ -433,7 +434,7 @@ def main(argv=None) -> int:
         if k % PSS_EVERY == 0 or rss_now > 1.01 * high_rss:
             high_rss = max(high_rss, rss_now)
             each: dict[int, int] = {}
-            rss, pss = tree_memory(proc.pid, each)
+            rss, pss = tree_memory(pids, each)
             driver_peak = max(driver_peak, each.get(proc.pid, 0))
             if pss > peak_pss:
                 at_peak = each

@@ -40,11 +40,9 @@ class Lookahead:
     def start(self, target: int, programs: list[tuple[str, str]]) -> None:
         """Screen `programs` ((hash, source), in proposal order) for generation `target`; a
         guess made again for the same generation keeps what the last one has back or running."""
-        if target != self.target:
-            self.done = {}
         hashes = {h for h, _ in programs}
         running = {h for t, h in self.flying.values() if t == target}
-        self.done = {h: ev for h, ev in self.done.items() if h in hashes}
+        self.done = {h: ev for h, ev in self.done.items() if h in hashes} if target == self.target else {}
         self.target = target
         self.todo = [(h, src) for h, src in programs if h not in self.done and h not in running]
 
