@@ -132,12 +132,28 @@ def _started(events) -> list[tuple[str, int, int]]:
 
 
 def _in_flight(events, kind: str) -> bool:
-    """Whether the last thing the run logged is a worker taking a job of `kind` ("full": a
-    split too) in a generation >= 1: that job is running or its answer is unread, so a kill now
-    loses it. (A fixed sleep after the first such start once woke after a fast screen had
-    answered and before the next job started: nothing was in flight.)"""
+    """Whether a worker took a job of `kind` ("full": a split too) in a generation >= 1 whose
+    result the run has not logged yet: that job is running or its answer is unread, so a kill
+    now loses it. (A fixed sleep after the first such start once woke after a fast screen had
+    answered and before the next job started: nothing was in flight. Waiting for the start to
+    be the last line logged missed a quick full evaluation: the run writes the screen it keeps
+    right after handing the full job to a free worker.)"""
     started = _started(events)
-    return bool(events) and events[-1][0].startswith("start-") and started[-1][0] == kind and started[-1][1] >= 1
+    if not started or started[-1][0] != kind or started[-1][1] < 1:
+        return False
+    _, g, i = started[-1]
+    last = max(n for n, e in enumerate(events) if e[0].startswith("start-"))
+    return (f"result-{kind}", g, i) not in events[last:]
+
+
+def test_a_job_is_in_flight_until_its_result_is_logged():
+    """The phase lines of a CI run whose quick full evaluation was missed: the run logged the
+    screen it kept right after handing out the full job, so the start was last for a moment
+    only. The full job is in flight until its result is logged, whatever the run logs between."""
+    ev = [("batch", 1, 2), ("full", 1, 0), ("start-full", 2, 0), ("kept-screen", 1, 0)]
+    assert _in_flight(ev, "full") and not _in_flight(ev, "screen")
+    assert not _in_flight(ev + [("result-full", 1, 0)], "full")
+    assert not _in_flight([("batch", 0, 1), ("start-full", 1, 3)], "full")  # generation 0: the seeds
 
 
 def lost(killed, resumed) -> set:
