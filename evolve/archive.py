@@ -804,7 +804,18 @@ class Archive:
         which the callers holding the data pass; importing it here would load numba for `evolve
         frontier`); asked lazily, best first, at most USABLE_CHECKS times; none accepted: the first.
         A run that finished names its program (`set_recommended`): that one is returned, whoever
-        asks and with whatever check, unless `fresh` (the run itself, choosing it)."""
+        asks and with whatever check, unless `fresh` (the run itself, choosing it). Asked for no
+        run: an archive of one run answers for that run (the viewers showed a fresh choice over
+        its programs, not the one the run handed over), one whose runs all finished chooses
+        among their hand-overs, any other chooses afresh over every program."""
+        if run_id is None and not fresh:
+            runs = self._runs_recommended(skip_prefix)
+            if len(runs) == 1:
+                run_id = next(iter(runs))
+            elif runs and None not in runs.values():
+                shortlist, _ = self.transfer_shortlist(None, skip_prefix, usable, 1, among=set(runs.values()))
+                if shortlist:
+                    return shortlist[0]
         if run_id is not None and not fresh:
             with self._read() as s, s.begin():
                 stored = s.scalar(select(Run.recommended).where(Run.id == run_id))
@@ -813,9 +824,17 @@ class Archive:
         shortlist, _ = self.transfer_shortlist(run_id, skip_prefix, usable, 1)
         return shortlist[0] if shortlist else None
 
+    def _runs_recommended(self, skip_prefix: str | None = None) -> dict[str, int | None]:
+        """Each run's fixed hand-over (None: not fixed yet), runs under `skip_prefix` left out."""
+        q = select(Run.id, Run.recommended)
+        if skip_prefix:
+            q = q.where(~Run.id.startswith(skip_prefix, autoescape=True))
+        with self._read() as s, s.begin():
+            return dict(s.execute(q).all())
+
     def transfer_shortlist(self, run_id: str | None = None, skip_prefix: str | None = None,
-                           usable: Callable[[dict], bool] | None = None,
-                           n: int = 1) -> tuple[list[dict], dict[str, float]]:
+                           usable: Callable[[dict], bool] | None = None, n: int = 1,
+                           among: set[int] | None = None) -> tuple[list[dict], dict[str, float]]:
         """The first `n` programs in `best_transfer`'s order (fresh: whatever the run fixed) that
         `usable` accepts (asked at most USABLE_CHECKS times; none accepted: the first), and the
         ideal point their regrets are measured from (`evaluator.objectives.ideal_point` of the
@@ -827,6 +846,8 @@ class Archive:
             q = q.where(ProgramRow.run_id == run_id)
         if skip_prefix:
             q = q.where(~ProgramRow.run_id.startswith(skip_prefix, autoescape=True))
+        if among is not None:
+            q = q.where(ProgramRow.id.in_(sorted(among)))
         with self._read() as s, s.begin():
             rows = s.execute(q).all()
         unpinned = [bool(unpinned_constants(ident)) for _, _, _, ident in rows]

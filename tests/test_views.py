@@ -387,6 +387,40 @@ def test_the_recommended_program_is_the_best_worst_regime_and_marked_everywhere(
     assert "recommended" not in con.export_text()
 
 
+def test_views_asked_for_no_run_name_the_runs_hand_over(tmp_path, capsys):
+    """`evolve frontier` and the report with no --run: an archive of one finished run names the
+    program that run handed over (it showed a fresh choice over the run's programs: the README
+    job's summary said "use #5" while `evolve frontier` starred #266 and the report #263); an
+    archive of several finished runs names the best of their hand-overs."""
+    a = Archive(tmp_path / "one.db")
+    run = a.start_run({}, seed=0)
+    regimes = {"even": (0.12, 0.12, 0.12, 0.12, 0.12), "spiky": (0.01, 0.01, 0.01, 0.4, 0.01),
+               "fine": (0.05, 0.05, 0.05, 0.05, 0.05)}
+    ids = {}
+
+    def add(r, name, k):
+        ev = make_eval(0.01, complexity=5 + k)
+        obj = {**ev.objectives, **dict(zip(("lowo_e2e", "lomo_e2e", "load_e2e", "long_e2e", "overload_fail"),
+                                           regimes[name]))}
+        ids[name] = a.add_candidate(r, BASE.format(k=k), operator="seed", evaluation=Evaluation(
+            valid=True, rows=ev.rows, objectives=obj, constants=ev.constants, overheads=ev.overheads))
+    add(run, "even", 1)
+    add(run, "spiky", 2)
+    assert a.best_transfer(None)["id"] == ids["even"]  # not finished: the fresh choice
+    a.set_recommended(run, ids["spiky"])  # the run's hand-over (its worst fit start decided)
+    assert a.best_transfer(None)["id"] == ids["spiky"]
+    assert [r["id"] for r in frontier_table(a, None) if r["recommended"]] == [ids["spiky"]]
+    assert cli_main(["frontier", "--archive", str(a.path)]) == 0
+    assert f"★ #{ids['spiky']} is recommended" in capsys.readouterr().out
+    page = open(report_html(a, tmp_path / "r.html"), encoding="utf-8").read()
+    assert f"Recommended: program #{ids['spiky']}" in page
+    other = a.start_run({}, seed=1)
+    add(other, "fine", 3)
+    assert a.best_transfer(None)["id"] == ids["fine"]  # a run not finished: afresh over every program
+    a.set_recommended(other, ids["even"])
+    assert a.best_transfer(None)["id"] == ids["even"]  # the better of the two hand-overs, not "fine"
+
+
 def test_report_plots_peak_vs_measured_components(filled, gt, tmp_path):
     from evolve.views.components_view import components_data
     a, run, _ = filled
