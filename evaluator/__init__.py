@@ -15,8 +15,14 @@ from pathlib import Path as _Path
 # x86-64 server CPU since 2011) ran no slower than the native ones here. Set before numpy loads
 # (worker processes inherit them, Ray actors get them through their runtime environment); a
 # user's own setting wins.
+# numpy's AVX-512 loops too (NPY_DISABLE_CPU_FEATURES, numpy 2.4's names; AVX2 and below stay):
+# measured 2026-11-29 on an AVX-512 Xeon, 4 of the README job's first 40 programs screened to
+# other bits with them than without (none between AVX2 and numpy's baseline), and the README
+# job's archive differed from the AMD EPYC (AVX2) run's of the day before; no slower without them.
+_X86 = _platform.machine().lower() in ("x86_64", "amd64")
 PINNED_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-              **({"OPENBLAS_CORETYPE": "Sandybridge"} if _platform.machine().lower() in ("x86_64", "amd64") else {})}
+              **({"OPENBLAS_CORETYPE": "Sandybridge",
+                  "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"} if _X86 else {})}
 for _var, _value in PINNED_ENV.items():
     _os.environ.setdefault(_var, _value)
 
