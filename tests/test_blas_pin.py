@@ -33,3 +33,34 @@ def test_importing_the_judge_pins_the_kernels_before_numpy_loads():
     assert pinned == _svd("import evolve.cli\n")  # the CLI, whose workers inherit it
     # a user's own setting wins
     assert _svd("import evaluator\n", OPENBLAS_CORETYPE="Prescott") == _svd(OPENBLAS_CORETYPE="Prescott")
+
+
+# numpy's loops whose bits depend on the loop set it picks by CPU at import (measured on an
+# AVX-512 Xeon: exp, log, a power and the order argsort gives ties all differ with its AVX-512
+# loops), hashed, and which of the pinned-off loop sets this process has
+NUMPY = ("import hashlib, os, numpy as np\nfrom numpy._core._multiarray_umath import __cpu_features__ as f\n"
+         "x = np.random.default_rng(3).standard_normal(100000) * 30\n"
+         "out = [np.exp(x / 10), np.log(np.abs(x) + 1e-3), np.abs(x) ** 1.37, np.argsort(np.round(x)).astype(float)]\n"
+         "print(hashlib.sha256(b''.join(a.tobytes() for a in out)).hexdigest(), os.environ.get('NPY_DISABLE_CPU_FEATURES'),\n"
+         "      [k for k in ('X86_V4', 'AVX512_ICL', 'AVX512_SPR') if f.get(k)], sep='|')\n")
+
+
+def _numpy(first: str = "", **env) -> tuple[str, str, str]:
+    clean = {k: v for k, v in os.environ.items() if k != "NPY_DISABLE_CPU_FEATURES"}
+    r = subprocess.run([sys.executable, "-c", first + NUMPY], capture_output=True, text=True, timeout=120,
+                       env={**clean, **env}, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    digest, setting, on = r.stdout.strip().split("|")
+    return digest, setting, on
+
+
+@pytest.mark.skipif("NPY_DISABLE_CPU_FEATURES" not in PINNED_ENV, reason="numpy's loops are pinned on x86-64 only")
+def test_importing_the_judge_turns_numpys_avx512_loops_off_before_numpy_loads():
+    pinned = PINNED_ENV["NPY_DISABLE_CPU_FEATURES"]
+    for first in ("import evaluator\n", "import evolve.cli\n"):
+        digest, setting, on = _numpy(first)
+        assert setting == pinned and on == "[]"  # off in this process, whatever the CPU has
+        assert digest == _numpy(NPY_DISABLE_CPU_FEATURES=pinned)[0]
+    # a user's own setting wins (here: every loop the CPU has)
+    assert _numpy("import evaluator\n", NPY_DISABLE_CPU_FEATURES="NONE")[:2] == _numpy(NPY_DISABLE_CPU_FEATURES="NONE")[:2]
+    assert _numpy("import evaluator\n", NPY_DISABLE_CPU_FEATURES="NONE")[1] == "NONE"
