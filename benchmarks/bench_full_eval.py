@@ -199,6 +199,10 @@ Again at 1c1b892 (`--programs measured_per_layer,ten_constants --pool`, ../share
 2026-11-28 23:58, a new session's VM, load 0.41 -> 1.27: one process 2.64 / 5.81 s CPU, screen
 0.47 / 0.97 s, split jobs 2.55 / 5.70 s; the full job on the local pool of 2 workers 1.26 / 2.24 s
 wall, minimum of 3 (goal 0.5 s).
+Again at b343b53 (the same command), 2026-11-29 15:47, an Intel Xeon with AVX-512 (numpy's
+AVX-512 loops off, `evaluator.PINNED_ENV`), load 0.41 -> 1.12: one process 3.92 / 4.93 s CPU,
+screen 0.70 / 0.81 s, split jobs 3.16 / 4.17 s; the full job on the local pool of 2 workers 1.65 /
+2.78 s wall, minimum of 3 (goal 0.5 s; this CPU ran the trace run's judge ~16% slower too).
 """
 from __future__ import annotations
 

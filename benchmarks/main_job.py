@@ -289,6 +289,24 @@ PSS 918 MB, the same archive again; 659 screens ran ahead, 627 of them taken. Fe
 flight 3.4% of the search (4.3% at dc9e6b2): between generations 0.9 worker-s (24.3), after a
 generation's last start 0.1 (4.1), a job still to start 69.3 (56.5). The wall is longer than
 dc9e6b2's because this VM ran ~6% slower: the same jobs took 1,970 worker-s against 1,864.
+On another kind of machine (2026-11-29, a new session: an Intel Xeon with AVX-512, 2 cores; fresh
+worktrees, nothing else running). At 91bdd89 (the search's code as at e5b65db; 14:30-14:47, load
+0.79 -> 2.04): 1013.0 s (16.9 min), 1.974 eval/s, CPU 1962 s (driver 84 s), peak PSS 926 MB, busy
+share 0.959, the same hand-over #1343 with the same figures, but another archive: 1,729 screens,
+25 twins, 664 redrawn, frontier 107, hypervolume 42.480. numpy ran its AVX-512 loops here (exp,
+log, powers and argsort's order of ties differ from its AVX2 loops in their last bits; 4 of the
+first 40 programs screened to other bits). With them off (f774cbd, `evaluator.PINNED_ENV`;
+14:53-15:11, load 0.78 -> 1.99): 1098.2 s (18.3 min; goal 10), 1.821 eval/s, CPU 2123 s (driver
+92 s, sampler 7 s), peak PSS 933 MB (RSS 1215 MB; driver 498), busy share 0.963, and the AMD
+machine's archive: 246 full evaluations, 1,728 screens (563 refused), 26 twins, 652 redrawn,
+frontier 106, hypervolume 42.249, #1343. The pin costs nothing measurable: 80 screens in one
+process, alternated, 51.6 / 48.2 s with the loops off, 63.6 / 53.9 s with them on (15:12-15:15).
+The trace run at f774cbd (15:15-15:45, fresh worktree, nothing else running; load 0.92 -> 2.01):
+1778.2 s (29.6 min; goal 12), 1.125 eval/s, CPU 3466 s (driver 101 s), peak PSS 1489 MB (RSS 1813
+MB; driver 453, workers 519 / 510 at the peak), busy share 0.953; the AMD machine's archive
+(260 full, 1,712 screens, 571 refused, 28 twins, 478 redrawn; frontier 84, hypervolume 47.919;
+#652 with the same figures); 720 screens ran ahead, 670 taken. Its judge took ~16% more CPU than
+on the AMD machine (3,466 against 3,000 s): this CPU is slower on the trace run's work.
 """
 from __future__ import annotations
 
