@@ -808,19 +808,20 @@ class Archive:
         run: an archive of one run answers for that run (the viewers showed a fresh choice over
         its programs, not the one the run handed over), one whose runs all finished chooses
         among their hand-overs, any other chooses afresh over every program."""
+        stored = None
         if run_id is None and not fresh:
             runs = self._runs_recommended(skip_prefix)
             if len(runs) == 1:
-                run_id = next(iter(runs))
+                run_id, stored = next(iter(runs.items()))
             elif runs and None not in runs.values():
                 shortlist, _ = self.transfer_shortlist(None, skip_prefix, usable, 1, among=set(runs.values()))
                 if shortlist:
                     return shortlist[0]
-        if run_id is not None and not fresh:
+        elif run_id is not None and not fresh:
             with self._read() as s, s.begin():
                 stored = s.scalar(select(Run.recommended).where(Run.id == run_id))
-            if stored is not None and (rec := self.program(stored)) is not None:
-                return rec
+        if stored is not None and (rec := self.program(stored)) is not None:
+            return rec
         shortlist, _ = self.transfer_shortlist(run_id, skip_prefix, usable, 1)
         return shortlist[0] if shortlist else None
 

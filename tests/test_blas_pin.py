@@ -18,12 +18,18 @@ SVD = ("import hashlib, numpy as np\nfrom scipy.linalg import svd\n"
 x86 = pytest.mark.skipif("OPENBLAS_CORETYPE" not in PINNED_ENV, reason="the kernel set is pinned on x86-64 only")
 
 
-def _svd(first: str = "", **env) -> str:
-    clean = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    r = subprocess.run([sys.executable, "-c", first + SVD], capture_output=True, text=True, timeout=120,
+def _child(script: str, unset: str, first: str = "", **env) -> str:
+    """What `first + script` prints in a fresh interpreter, `unset` left out of its environment
+    (so only `first` or `env` can set it)."""
+    clean = {k: v for k, v in os.environ.items() if k != unset}
+    r = subprocess.run([sys.executable, "-c", first + script], capture_output=True, text=True, timeout=120,
                        env={**clean, **env}, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout.strip()
+
+
+def _svd(first: str = "", **env) -> str:
+    return _child(SVD, "OPENBLAS_CORETYPE", first, **env)
 
 
 @x86
@@ -46,11 +52,7 @@ NUMPY = ("import hashlib, os, numpy as np\nfrom numpy._core._multiarray_umath im
 
 
 def _numpy(first: str = "", **env) -> tuple[str, str, str]:
-    clean = {k: v for k, v in os.environ.items() if k != "NPY_DISABLE_CPU_FEATURES"}
-    r = subprocess.run([sys.executable, "-c", first + NUMPY], capture_output=True, text=True, timeout=120,
-                       env={**clean, **env}, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-2000:]
-    digest, setting, on = r.stdout.strip().split("|")
+    digest, setting, on = _child(NUMPY, "NPY_DISABLE_CPU_FEATURES", first, **env).split("|")
     return digest, setting, on
 
 
@@ -62,5 +64,5 @@ def test_importing_the_judge_turns_numpys_avx512_loops_off_before_numpy_loads():
         assert setting == pinned and on == "[]"  # off in this process, whatever the CPU has
         assert digest == _numpy(NPY_DISABLE_CPU_FEATURES=pinned)[0]
     # a user's own setting wins (here: every loop the CPU has)
-    assert _numpy("import evaluator\n", NPY_DISABLE_CPU_FEATURES="NONE")[:2] == _numpy(NPY_DISABLE_CPU_FEATURES="NONE")[:2]
-    assert _numpy("import evaluator\n", NPY_DISABLE_CPU_FEATURES="NONE")[1] == "NONE"
+    mine = _numpy("import evaluator\n", NPY_DISABLE_CPU_FEATURES="NONE")
+    assert mine[1] == "NONE" and mine[:2] == _numpy(NPY_DISABLE_CPU_FEATURES="NONE")[:2]
