@@ -382,12 +382,13 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     ring[q, b + 1] = x
                 need = 0
                 last = -1  # position of the last member short of a block
-                for a in range(k):
+                free_now = cnt[kv.FREE] if lru else free_blocks
+                for a in range(k if k > free_now else 0):  # each needs one block at most
                     r = running[ring[q, a]]
                     if not gone[r] and computed[r] + s + 1 > blocks[r] * block:
                         need += 1
                         last = ring[q, a]
-                short = need - (cnt[kv.FREE] if lru else free_blocks)
+                short = need - free_now
                 # short of blocks: the members preempt the requests behind them, last first, as
                 # the request-by-request step would (each member needs one block at most); only
                 # where those behind the last one short might not free enough: write back
@@ -465,10 +466,12 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                         free_blocks -= 1
                     blocks[r] += 1
                     tot_blocks += 1
-                if lru:
+                if lru and (fin_at[j] == s or n_cached[r] < n_shared[r]):
+                    # its private blocks wait (module docstring): once its shared ones are all
+                    # registered, only its last event registers any (no division at the others)
                     full = min(end, prompt_len[r] + generated[r] + s - 1) // block
                     if fin_at[j] != s:
-                        full = min(full, n_shared[r])  # its private blocks wait (module docstring)
+                        full = min(full, n_shared[r])
                     if full > n_cached[r]:  # written out: `_register_full` here made every replay ~50% slower
                         kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
                                         grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
