@@ -307,6 +307,17 @@ MB; driver 453, workers 519 / 510 at the peak), busy share 0.953; the AMD machin
 (260 full, 1,712 screens, 571 refused, 28 twins, 478 redrawn; frontier 84, hypervolume 47.919;
 #652 with the same figures); 720 screens ran ahead, 670 taken. Its judge took ~16% more CPU than
 on the AMD machine (3,466 against 3,000 s): this CPU is slower on the trace run's work.
+The same Xeon, the next session (fresh worktrees, nothing else running). At b28818d (17:10-17:28,
+load 1.09 -> 1.85): 1049.4 s (17.5 min), 1.906 eval/s, CPU 2032 s (driver 85 s), peak PSS 933 MB
+(RSS 1215 MB), busy share 0.958, the same archive and hand-over. Its judge's own work in the
+search: 1,862.5 worker-s (246 full evaluations 1,081.7 s, 4.40 s each with their screens; 850
+valid screens 631.6 s; 563 unpinned 78.8 s; 332 unphysical 65.4 s), so no scheduling brings its
+search below 931 s on two workers (`judge_floor_s`, from ce77bcd on); the search took 963 s. At
+6e94244 (the simulator's members ~8% cheaper, bit for bit; 17:38-17:59, load 0.69 -> 1.97):
+1240.9 s, 1.612 eval/s, CPU 2395 s, the same archive and hand-over. The VM ran slower in that
+hour (18% more CPU for the same 2,000 evaluations and ~8% less judge work); alternated back to
+back in one sitting on 24 valid screens and 3 full evaluations of the b28818d archive (6 rounds
+each, 18:02-18:05), 6e94244's judge took 0.920x b28818d's CPU (median ratio).
 """
 from __future__ import annotations
 
