@@ -317,7 +317,14 @@ search below 931 s on two workers (`judge_floor_s`, from ce77bcd on); the search
 1240.9 s, 1.612 eval/s, CPU 2395 s, the same archive and hand-over. The VM ran slower in that
 hour (18% more CPU for the same 2,000 evaluations and ~8% less judge work); alternated back to
 back in one sitting on 24 valid screens and 3 full evaluations of the b28818d archive (6 rounds
-each, 18:02-18:05), 6e94244's judge took 0.920x b28818d's CPU (median ratio).
+each, 18:02-18:05), 6e94244's judge took 0.920x b28818d's CPU (median ratio; 0.805x by the
+minima); again after a CI run (18:29-18:35): 0.827x (0.975x). This VM's noise is that wide.
+The trace run at 387fead (18:36-19:01, fresh worktree, nothing else running; load 0.92 -> 2.12):
+1481.4 s (24.7 min; goal 12; 1778.2 s at f774cbd last session), 1.350 eval/s, CPU 2886 s (3466),
+peak PSS 1520 MB (RSS 1846 MB; driver 459, workers 529 / 525 at the peak), busy share 0.953; the
+same archive (260 full, 1,712 screens, 571 refused, 28 twins, 478 redrawn; frontier 84,
+hypervolume 47.919; #652 with the same figures). Judge floor: 2,668.8 worker-s, 1,334 s on two
+workers, against a goal of 720 s for the whole run.
 """
 from __future__ import annotations
 
