@@ -427,20 +427,20 @@ def judge_seconds(archive: str) -> tuple[float, float, float] | None:
     return (busy, t0, t1) if busy and t1 and t1 > t0 else None
 
 
-def busy_share(archive: str, workers: int) -> float | None:
-    """Share of the workers' time inside evaluations: the archive's evaluation seconds over
-    workers x the span from the first evaluation written to the last (the search; the start and
-    the hand-over outside it). The rest is waiting: for the next job, at generation barriers."""
+def judge_figures(archive: str, workers: int) -> dict:
+    """From one read of the archive (`judge_seconds`): `worker_busy_share`, the share of the
+    workers' time inside evaluations (the evaluation seconds over workers x the span from the first
+    evaluation written to the last: the search; the start and the hand-over outside it; the rest is
+    waiting, for the next job or at generation barriers); `judge_worker_s`, those seconds; and
+    `judge_floor_s`, what they take on `workers` cores kept busy without a gap: no scheduling
+    brings the search below it, only a cheaper judge or fewer candidates judged (issue 31's
+    wall-time goals are measured against it)."""
     got = judge_seconds(archive)
-    return round(got[0] / (workers * (got[2] - got[1])), 3) if got else None
-
-
-def judge_floor(archive: str, workers: int) -> dict:
-    """The judge's worker-seconds in the search and what they take on `workers` cores kept busy
-    without a gap: no scheduling brings the search below that, only a cheaper judge or fewer
-    candidates judged (issue 31's wall-time goals are measured against it)."""
-    got = judge_seconds(archive)
-    return {"judge_worker_s": round(got[0], 1), "judge_floor_s": round(got[0] / workers, 1)} if got else {}
+    if not got:
+        return {"worker_busy_share": None}
+    busy, t0, t1 = got
+    return {"worker_busy_share": round(busy / (workers * (t1 - t0)), 3), "judge_worker_s": round(busy, 1),
+            "judge_floor_s": round(busy / workers, 1)}
 
 
 SAMPLE_S = 1.0  # between RSS samples (statm over the tree: cheap)
@@ -513,7 +513,7 @@ def main(argv=None) -> int:
            # at the tree's peak: the driver first, then the other processes largest first
            "pss_at_peak_mb": [round(at_peak.get(proc.pid, 0) / 2**20)] +
                              sorted((round(v / 2**20) for p, v in at_peak.items() if p != proc.pid), reverse=True),
-           "worker_busy_share": busy_share(archive, a.workers), **judge_floor(archive, a.workers),
+           **judge_figures(archive, a.workers),
            "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
            "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "idle workers:", "use #", "  fitted from",
                                                                            "  Held-out misses"))]}
