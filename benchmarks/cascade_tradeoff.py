@@ -77,7 +77,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from evaluator.objectives import (FAILURE, IN_SAMPLE_ORDER, has_heldout, in_sample_loss, objective_vector,  # noqa: E402
                                   ranked, selection_loss)
 from evaluator.records import unpinned  # noqa: E402
-from evolve.search import GATE_ORDER, Member, SearchState, _dominates  # noqa: E402
+from evaluator.screen_gate import dominates as _dominates  # noqa: E402
+from evolve.search import GATE_ORDER, Member, SearchState  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
 from evolve.archive_check import readonly_connect  # noqa: E402
 from evolve.pareto import cell_key  # noqa: E402

@@ -4,7 +4,8 @@
 (docs/architecture.md, "judge"): `judge_data` (the ground truth as the judge reads it, under
 its split, which `Evaluator` extends), `judge_states` (reference states, probes and constraints
 the fits read), `fit_program` (the fit per group, its refinement and checks), `replay` (every
-experiment simulated: a `Replay`), `scoring` (from a `Replay` to the `Evaluation`) and
+experiment simulated: a `Replay`; `screen_race`: a screen's, model by model, stopped once it
+cannot clear the cascade's gate), `scoring` (from a `Replay` to the `Evaluation`) and
 `holdout_views` (the evaluator under each held-out split).
 
 Honest by construction: constants and request overheads are fitted on the training part and
@@ -29,7 +30,8 @@ from evaluator.fingerprint import fingerprint
 from evaluator.holdout import KINDS, Split, holdout_scores
 from evaluator.judge_data import JudgeData
 from evaluator.records import Evaluation, unpinned, unpinned_reason
-from evaluator.replay import replay
+from evaluator.screen_gate import Gate
+from evaluator.screen_race import gated_replay, stopped_evaluation
 
 __all__ = ["Evaluation", "Evaluator"]
 
@@ -41,7 +43,7 @@ class Evaluator(JudgeData):
     def evaluate(self, program, constants: dict[str, list[float]] | None = None,
                  overheads: dict[str, dict] | None = None, fit: bool = True, refine: bool = True,
                  start: dict[str, list[float]] | None = None, heldout: bool | None = None,
-                 pinned: bool = False) -> Evaluation:
+                 pinned: bool = False, gate: Gate | None = None) -> Evaluation:
         """Fit (surrogate, then optionally refine on the candidate's own simulation) and score.
 
         `heldout`: also score the held-out splits, every kind (True) or the kinds named (a
@@ -57,6 +59,10 @@ class Evaluator(JudgeData):
         `pinned`: refuse, right after the fit and before any simulation, a program with a
         constant the data cannot pin (`Evaluation.identifiability` names it; the search's
         screens under `RunConfig.pinned_only`: such a program is never handed over).
+
+        `gate`: what a screen must clear to earn its full evaluation (`evaluator.screen_gate`);
+        the screen then stops replaying once it cannot (`evaluator.screen_race`: only its
+        record changes, never whether it clears the gate).
         """
         t0 = time.perf_counter()
         heldout = self.holdout_objectives if heldout is None else heldout
@@ -74,14 +80,15 @@ class Evaluator(JudgeData):
         if unpinned(ident):
             return replace(scoring.invalid(unpinned_reason(ident), t0, consts), identifiability=ident)
         measured, spread = (not names.isdisjoint(program.params) for names in (MEASURED_NAMES, SPREAD_NAMES))
-        run = replay(self, f, consts, record=refine, measured=measured, spread=spread)
+        gate = None if refine or kinds or overheads is not None else gate  # a screen's fitted overheads only
+        run, stop = gated_replay(self, f, consts, gate, program, record=refine, measured=measured, spread=spread)
         n_steps = run.n_steps
         if run.error is not None:
             return scoring.invalid(run.error, t0, consts)
         if refine:
             consts, run, more = fit_program.refine(self, program, f, consts, run, measured, spread)
             n_steps += more
-        ev = scoring.score(self, f, consts, run, overheads)
+        ev = scoring.score(self, f, consts, run, overheads) if stop is None else stopped_evaluation(consts, stop)
         if ev.valid and self.split is None:  # a split view's would be dropped by join_splits
             ev = replace(ev, fingerprint=fingerprint(self, f, surrogate))
         if ev.valid and fit and constants is None and self.diagnostics:

@@ -121,6 +121,11 @@ class Evaluation:
     # predicted step times on a fixed probe set with the fitted constants (evaluator.fingerprint):
     # the search's test for "behaves like a program already evaluated"; () when not computed
     fingerprint: tuple = ()
+    # a screen that stopped replaying once it could not clear the cascade's gate
+    # (evaluator.screen_race): {"models" scored, "of" how many, "bounds": lower bounds of its
+    # in-sample objectives, "why"}; its rows are those models' only and it has no in-sample
+    # objectives. Empty for every other evaluation.
+    race: dict = field(default_factory=dict)
 
     @classmethod
     def invalid(cls, error: str, complexity: float | None = None, seconds: float = 0.0,
@@ -146,7 +151,7 @@ class Evaluation:
                 "objectives": dict(self.objectives), "sim_steps": int(self.sim_steps),
                 "seconds": float(self.seconds), "holdout": {k: dict(v) for k, v in self.holdout.items()},
                 "identifiability": {k: dict(v) for k, v in self.identifiability.items()},
-                "fingerprint": list(self.fingerprint)}
+                "fingerprint": list(self.fingerprint), "race": strict_json(self.race)}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Evaluation":
@@ -159,7 +164,7 @@ class Evaluation:
         kw["valid"] = bool(d["valid"])
         kw["error"] = d.get("error")
         kw["rows"] = tuple(dict(r) for r in kw.get("rows", ()))
-        for k in ("constants", "overheads", "steps", "objectives", "holdout", "identifiability"):
+        for k in ("constants", "overheads", "steps", "objectives", "holdout", "identifiability", "race"):
             kw[k] = dict(kw.get(k, {}))
         kw["objectives"] = nan_for_null(kw["objectives"])
         kw["sim_steps"] = int(kw.get("sim_steps", 0))

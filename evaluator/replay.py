@@ -52,8 +52,13 @@ def replay(data: JudgeData, f, consts: dict, record=False, measured=True, spread
             return Replay(results, f"no constants for model {e.model}")
         r = simulate_one(data, f, c, e, record=record, measured=measured, spread=spread)
         if not r.ok:
-            why = ("invalid prediction (NaN, inf or < 1 us)" if r.status == 1 else
-                   f"runaway simulation (over {r.n_steps} steps: predicted steps far too short)")
-            return Replay(results, f"{e.id}: {why}")
+            return Replay(results, replay_error(e, r))
         results[e.id] = r
     return Replay(results)
+
+
+def replay_error(e, r: SimResult) -> str:
+    """Why experiment `e`'s simulation `r` failed, in one line."""
+    why = ("invalid prediction (NaN, inf or < 1 us)" if r.status == 1 else
+           f"runaway simulation (over {r.n_steps} steps: predicted steps far too short)")
+    return f"{e.id}: {why}"

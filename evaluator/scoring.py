@@ -54,14 +54,16 @@ def invalid(why: str, t0: float, consts=None) -> Evaluation:
                               constants={k: [float(x) for x in v] for k, v in (consts or {}).items()})
 
 
-def fit_request_overheads(data: JudgeData, replay: Replay) -> dict[str, Overheads]:
+def fit_request_overheads(data: JudgeData, replay: Replay, models=None) -> dict[str, Overheads]:
     """Request overheads per model, fitted on the training requests of the fitted
     experiments that both the measurement and the simulation saw finish; a model with none
-    of them (e.g. held out) takes the mean of the others."""
+    of them (e.g. held out) takes the mean of the others. `models`: only these (each from its
+    own experiments alone, as it would be among all), no mean for the others."""
     results = replay.results
     by_model: dict[str, list] = {}
     for e in data.fit_exps:
-        by_model.setdefault(e.model, []).append(e)
+        if models is None or e.model in models:
+            by_model.setdefault(e.model, []).append(e)
     ovh: dict[str, Overheads] = {}
     for model, group in by_model.items():
         groups = []
@@ -79,7 +81,7 @@ def fit_request_overheads(data: JudgeData, replay: Replay) -> dict[str, Overhead
                     mt, me = np.full(g.sum(), s.ttft_s * 1e6), np.full(g.sum(), s.e2e_s * 1e6)
                 groups.append((r.ttft_us[g], r.e2e_us[g], mt, me))
         ovh[model] = fit_overheads(groups)
-    if ovh:
+    if ovh and models is None:
         mean = Overheads(**{k: float(np.mean([getattr(o, k) for o in ovh.values()]))
                             for k in Overheads().as_dict()})
         for e in data.exps:
@@ -105,6 +107,41 @@ def _client_latencies(r, wl, o: Overheads) -> tuple[np.ndarray, np.ndarray]:
     return ttft, e2e
 
 
+def _latency_scored(sel: np.ndarray, mfail: float | None) -> bool:
+    """Whether a stage is scored on its latencies (its measured successes `sel`, its measured
+    failed fraction `mfail`): not where it mostly failed in the measurement."""
+    return bool(sel.any()) and not (mfail is not None and mfail > MOSTLY_FAILED)
+
+
+def scored_stages(data: JudgeData) -> tuple[int, int]:
+    """How many reported stages `score` rates on their latencies, and how many on their failed
+    fraction. The measurement alone decides both (as in `_stage_rows`), so they are known
+    before any replay (`evaluator.screen_race` bounds a screen's objectives with them)."""
+    n_latency = n_failure = 0
+    for e in data.report_exps:
+        wl, mask = data.wl[e.id], data.part(e, "test")
+        for s in e.stages:
+            every = mask & (wl.stage == s.index)
+            if not every.any():
+                continue
+            mfail = data.measured_failure(e, s.index, every)
+            n_latency += _latency_scored(every & ~data.failed[e.id], mfail)
+            n_failure += mfail is not None
+    return n_latency, n_failure
+
+
+def model_rows(data: JudgeData, replay: Replay, model: str) -> tuple[list[StageScore], Overheads]:
+    """The stage rows `score` makes for one model's reported experiments, and its request
+    overheads, from a replay of that model's experiments alone (each model's overheads are
+    fitted on its own requests, so the rows are the ones the whole replay gives)."""
+    o = fit_request_overheads(data, replay, models=(model,))[model]
+    rows: list[StageScore] = []
+    for e in data.report_exps:
+        if e.model == model:
+            rows += _stage_rows(data, e, replay.results[e.id], o, data.part(e, "test"))
+    return rows, o
+
+
 def _stage_rows(data: JudgeData, e, r, o: Overheads, mask: np.ndarray) -> list[StageScore]:
     """Error rows of one experiment's stages over the requests in `mask`."""
     wl = data.wl[e.id]
@@ -123,7 +160,7 @@ def _stage_rows(data: JudgeData, e, r, o: Overheads, mask: np.ndarray) -> list[S
         pfail = float(timed_out[every].mean())
         row = {"experiment": e.id, "model": e.model, "workload": e.workload, "stage": s.index,
                "rate": s.rate, "n_requests": int(every.sum())}
-        if sel.any() and not (mfail is not None and mfail > MOSTLY_FAILED):
+        if _latency_scored(sel, mfail):
             me2e, mttft, mitl = data.measured(e, s.index, mask)
             pe2e, pttft = float(e2e[sel].mean()) / 1e6, float(ttft[sel].mean()) / 1e6
             # per-token time over the requests the simulation finished too: a timed-out

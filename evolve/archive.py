@@ -75,14 +75,14 @@ OBJECTIVE_COLUMNS = tuple(k for k in ORDER if k not in REGIMES_OPTIONAL)
 USABLE_CHECKS = 50  # best_transfer: candidates asked `usable` at most (grid predictions, ~0.1 s each)
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 STAGES = ("screen", "full")
-SCHEMA_VERSION = 6  # 4: pending_results (kept results of a killed run); 5: fingerprint, twin_of, recommended;
-# 6: fit_starts
+SCHEMA_VERSION = 7  # 4: pending_results (kept results of a killed run); 5: fingerprint, twin_of, recommended;
+# 6: fit_starts; 7: race (a screen stopped early)
 # columns added after version 1: (table, column, SQL type), added in place to an older archive
 ADDED_COLUMNS = (("evaluations", "lowo_e2e", "FLOAT"), ("evaluations", "lomo_e2e", "FLOAT"),
                  ("evaluations", "load_e2e", "FLOAT"), ("evaluations", "holdout", "JSON"),
                  ("evaluations", "identifiability", "JSON"), ("evaluations", "fingerprint", "JSON"),
                  ("evaluations", "twin_of", "INTEGER"), ("runs", "recommended", "INTEGER"),
-                 ("evaluations", "fit_starts", "JSON"))
+                 ("evaluations", "fit_starts", "JSON"), ("evaluations", "race", "JSON"))
 
 
 
@@ -171,6 +171,9 @@ class EvaluationRow(Base):
     # the held-out regimes fitted from several start points, for the programs a run's hand-over
     # weighed (evolve.handover): {"starts", "seed", "records", "spread"}
     fit_starts: Mapped[Any] = mapped_column(JSON, nullable=True)
+    # a screen that stopped replaying once it could not clear the cascade's gate
+    # (evaluator.screen_race): the models it scored, its lower bounds, why; null otherwise
+    race: Mapped[Any] = mapped_column(JSON(none_as_null=True), nullable=True)
     rows: Mapped[Any] = mapped_column(JSON, default=list)
     steps: Mapped[Any] = mapped_column(JSON, default=dict)
     constants: Mapped[Any] = mapped_column(JSON, default=dict)
@@ -343,7 +346,8 @@ def _evaluation_record(e: EvaluationRow, full: bool = True) -> dict:
     if full:
         d.update(rows=list(e.rows or []), steps=dict(e.steps or {}), constants=dict(e.constants or {}),
                  overheads=dict(e.overheads or {}), holdout=dict(e.holdout or {}),
-                 identifiability=dict(e.identifiability or {}), fit_starts=e.fit_starts)
+                 identifiability=dict(e.identifiability or {}), fit_starts=e.fit_starts,
+                 race=dict(e.race or {}))
     return d
 
 
@@ -539,7 +543,9 @@ class Archive:
         """How the run's counted proposals were spent: `full` evaluations, `screen`s that did
         not earn one, and `twins` (screens that earned one but behave like an earlier member,
         so its full evaluation stands for theirs); `unpinned`: of the screens, those with a
-        constant the data cannot pin (under `RunConfig.pinned_only` refused after their fit)."""
+        constant the data cannot pin (under `RunConfig.pinned_only` refused after their fit);
+        `stopped`: of the screens, those that stopped replaying once they could not clear the
+        cascade's gate (`evaluator.screen_race`)."""
         q = (select(EvaluationRow.stage, EvaluationRow.twin_of.is_not(None), func.count())
              .join(ProgramRow, ProgramRow.id == EvaluationRow.program_id)
              .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True))
@@ -548,11 +554,16 @@ class Archive:
              .join(ProgramRow, ProgramRow.id == EvaluationRow.program_id)
              .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True),
                     EvaluationRow.stage == "screen", EvaluationRow.twin_of.is_(None)))
-        out = {"full": 0, "screen": 0, "twins": 0, "unpinned": 0}
+        r = (select(func.count()).select_from(EvaluationRow)
+             .join(ProgramRow, ProgramRow.id == EvaluationRow.program_id)
+             .where(ProgramRow.run_id == run_id, ProgramRow.valid.is_(True),
+                    EvaluationRow.stage == "screen", EvaluationRow.race.is_not(None)))
+        out = {"full": 0, "screen": 0, "twins": 0, "unpinned": 0, "stopped": 0}
         with self._read() as s, s.begin():
             for stage, is_twin, n in s.execute(q):
                 out["twins" if is_twin else stage] = out.get("twins" if is_twin else stage, 0) + int(n)
             out["unpinned"] = sum(bool(unpinned_constants(ident)) for ident in s.scalars(u))
+            out["stopped"] = int(s.scalar(r) or 0)
         return out
 
     def runs(self) -> list[dict]:
@@ -683,7 +694,7 @@ class Archive:
         vals = dict(valid=d["valid"], error=d["error"], objectives=obj, rows=d["rows"], steps=d["steps"],
                     constants=d["constants"], overheads=d["overheads"], holdout=d["holdout"] or None,
                     identifiability=d["identifiability"] or None,
-                    fingerprint=d["fingerprint"] or None, twin_of=twin_of,
+                    fingerprint=d["fingerprint"] or None, twin_of=twin_of, race=d["race"] or None,
                     sim_steps=d["sim_steps"],
                     seconds=d["seconds"], stage=stage, created_at=time.time(),
                     **{k: sortable_or_none(obj.get(k)) for k in OBJECTIVE_COLUMNS})

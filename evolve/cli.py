@@ -351,9 +351,14 @@ def cmd_run(args) -> int:
               f"hypervolume {out['hypervolume']:.3f}, killed {out['killed']}, "
               f"known programs redrawn {out.get('skipped_duplicates', 0)}")
     w = out.get("work") or {}
+    stopped = ""
+    if w.get("stopped"):  # evaluator.screen_race
+        stopped = f"; {w['stopped']} stopped replaying once they could not earn a full evaluation"
+        if out.get("rescreened"):
+            stopped += f" ({out['rescreened']} screened again: the gate fell before their turn)"
     con.print(f"work: {w.get('full', 0)} full evaluations, {w.get('screen', 0)} screens only "
               f"({w.get('unpinned', 0)} of them with a constant the data cannot pin"
-              f"{': refused after their fit' if cfg.pinned_only else ''}), "
+              f"{': refused after their fit' if cfg.pinned_only else ''}{stopped}), "
               f"{w.get('twins', 0)} twins (screened, then skipped: they behave like an earlier program)")
     ahead = out.get("ahead") or {}
     if ahead.get("submitted"):
@@ -389,7 +394,7 @@ def _resume_changes(args, stored: dict) -> list[str]:
     default = config_from_args(build_parser().parse_args(["run"]))
     kept = RunConfig.from_json(stored)
     names = {"holdout": "--no-holdout", "timeout_s": "--timeout", "caps": "--max-ops/--max-cond/--max-consts",
-             "pinned_only": "--promote-unpinned"}
+             "pinned_only": "--promote-unpinned", "screen_race": "--whole-screens"}
     return [names.get(f, "--" + f.replace("_", "-")) for f in RunConfig.__dataclass_fields__
             if f not in RESUMABLE + SPEND_CAPS and getattr(given, f) != getattr(default, f)
             and getattr(given, f) != getattr(kept, f)]
@@ -782,6 +787,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--promote-unpinned", action="store_true",
                         help="also give the full evaluation to screened programs with a constant the data "
                              "cannot pin down (default: not; the hand-over never takes them)")
+        sp.add_argument("--whole-screens", action="store_true",
+                        help="replay every experiment in every screen, so each stores its whole in-sample "
+                             "score (default: a screen stops once it cannot earn a full evaluation; the "
+                             "same programs get one either way)")
         sp.add_argument("--handover-starts", type=POSITIVE_INT, default=HANDOVER_STARTS, metavar="N",
                         help=f"fit the {HANDOVER_SHORTLIST} best programs again from N start points each at the end and "
                              f"hand over the one whose worst start holds best (default {HANDOVER_STARTS}; 1: "

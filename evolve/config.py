@@ -45,6 +45,9 @@ class RunConfig:
     handover_starts: int = HANDOVER_STARTS
     # the cascade promotes only screens whose every constant the data pins (evolve.search)
     pinned_only: bool = True
+    # a screen stops replaying once it cannot clear the cascade's gate (evaluator.screen_race):
+    # the same full evaluations, its record keeps the models it scored and its bounds
+    screen_race: bool = True
     # the judge's revision the run was started under (evaluator.objectives.JUDGE_REVISION)
     judge: int = JUDGE_REVISION
 
@@ -66,6 +69,7 @@ class RunConfig:
         kw.setdefault("holdout", False)  # runs stored before held-out objectives ranked in-sample
         kw.setdefault("handover_starts", 1)  # runs stored before handed over on the declared start
         kw.setdefault("pinned_only", False)  # runs stored before promoted unpinned screens too
+        kw.setdefault("screen_race", False)  # runs stored before screened every experiment
         kw.setdefault("judge", 1)  # runs stored before the judge had a revision
         caps = kw.get("caps")
         if isinstance(caps, Mapping):
@@ -95,6 +99,7 @@ def config_from_args(args, stored: Mapping | None = None, seed: int | None = Non
         "llm_timeout": getattr(args, "llm_timeout", None),
         "handover_starts": getattr(args, "handover_starts", HANDOVER_STARTS),
         "pinned_only": not getattr(args, "promote_unpinned", False),
+        "screen_race": not getattr(args, "whole_screens", False),
     }
     if stored is None:
         if from_flags["llm_timeout"] is None:

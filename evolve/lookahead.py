@@ -16,6 +16,7 @@ loses it as it loses any job in flight, and a resumed run proposes as an uninter
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from evaluator.records import Evaluation
@@ -28,30 +29,34 @@ FLYING = object()  # `Lookahead.claim`: the program's screen is on a worker now
 @dataclass
 class Lookahead:
     """Screens proposed ahead for generation `target`: waiting to be submitted (`todo`, as
-    (canonical hash, source)), on a worker (`flying`, by job) or back (`done`, by hash)."""
+    (canonical hash, source, MAP-Elites cell)), on a worker (`flying`, by job) or back (`done`,
+    by hash)."""
     pinned: bool = False  # the search's screens refuse unpinned programs (`RunConfig.pinned_only`)
+    # the cascade's gate of a cell as it stands when the screen is handed out (`Job.gate`), or None
+    gate: Callable[[str], dict | None] = lambda cell: None
     target: int = -1
-    todo: list[tuple[str, str]] = field(default_factory=list)
+    todo: list[tuple[str, str, str]] = field(default_factory=list)
     flying: dict[Job, tuple[int, str]] = field(default_factory=dict)  # job -> (its target, hash)
     done: dict[str, Evaluation] = field(default_factory=dict)
     submitted: int = 0  # look-ahead screens handed to workers (the run's counters)
     used: int = 0  # of them, results a generation took
 
-    def start(self, target: int, programs: list[tuple[str, str]]) -> None:
-        """Screen `programs` ((hash, source), in proposal order) for generation `target`; a
+    def start(self, target: int, programs: list[tuple[str, str, str]]) -> None:
+        """Screen `programs` ((hash, source, cell), in proposal order) for generation `target`; a
         guess made again for the same generation keeps what the last one has back or running."""
-        hashes = {h for h, _ in programs}
+        hashes = {h for h, _, _ in programs}
         running = {h for t, h in self.flying.values() if t == target}
         self.done = {h: ev for h, ev in self.done.items() if h in hashes} if target == self.target else {}
         self.target = target
-        self.todo = [(h, src) for h, src in programs if h not in self.done and h not in running]
+        self.todo = [p for p in programs if p[0] not in self.done and p[0] not in running]
 
     def feed(self, pool: Executor) -> None:
         """Hand the next screens to workers that would otherwise sit idle: only while
         `pool.spare()`, so never ahead of a job of the current generation."""
         while self.todo and pool.spare() > 0:
-            h, source = self.todo.pop(0)
-            job = Job(index=self.submitted, source=source, kind="screen", batch=AHEAD_BATCH, pinned=self.pinned)
+            h, source, cell = self.todo.pop(0)
+            job = Job(index=self.submitted, source=source, kind="screen", batch=AHEAD_BATCH, pinned=self.pinned,
+                      gate=self.gate(cell))
             pool.submit(job)
             self.flying[job] = (self.target, h)
             self.submitted += 1

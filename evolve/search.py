@@ -10,7 +10,11 @@ fit (one simulation); only those that would enter the frontier or improve their 
 cell get the full fit (refinement on their own simulation, from the screen's constants). Under
 `RunConfig.pinned_only` a screen with a constant the data cannot pin is refused right after its
 fit (`Job.pinned`): a constant held by the fit's prior is a defect the hand-over never takes; in
-two recorded 2,000-proposal runs such programs took 78% and 71% of the full evaluations.
+two recorded 2,000-proposal runs such programs took 78% and 71% of the full evaluations. Each
+screen carries the gate as it stands when it is asked for (`Job.gate`) and stops replaying once
+the errors it has make clearing it impossible (`evaluator.screen_race`); at the candidate's turn
+the gate of that moment decides on its bounds, and screens it again where it fell meanwhile, so
+the same candidates are promoted as with whole screens (`--whole-screens`).
 Every candidate is written to the archive in one transaction with its evaluation as soon as
 it and every earlier candidate of its generation are settled, so a killed run loses only the
 candidates in flight (and any finished one waiting on them); `--resume` continues the run.
@@ -44,6 +48,7 @@ from evaluator.fingerprint import twin_rows
 from evaluator.identify import fold_constants
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.records import Evaluation
+from evaluator.screen_gate import Gate
 from evolve.archive import Archive
 from evolve.config import RunConfig
 from evolve.llm import ParentInfo, ProposalRequest, mutator_for
@@ -130,15 +135,18 @@ class SearchState:
         errors the screen has (the held-out ones come with the full evaluation)."""
         if any(ranked(objectives.get(k)) >= INVALID for k in ACCURACY):
             return False
-        cur = self.cells.get(cell_key(program))
-        if cur is None or in_sample_loss(objectives) < in_sample_loss(cur.objectives):
-            return True
+        return self.gate(cell_key(program)).admits(objectives)
+
+    def gate(self, cell: str) -> Gate:
+        """The bar a screened candidate of MAP-Elites cell `cell` must clear now: an in-sample
+        loss below its cell elite's, or no frontier member dominating it."""
+        cur = self.cells.get(cell)
         # Where the frontier is built on held-out errors, a screen can only be compared with it
         # on mean E2E and complexity (the in-sample twins of what it ranks): comparing on every
         # in-sample objective let ~70% of screened candidates through to a 4x dearer evaluation.
         order = GATE_ORDER if any(has_heldout(f.objectives) for f in self.frontier) else IN_SAMPLE_ORDER
-        v = objective_vector(objectives, order)
-        return not any(_dominates(objective_vector(f.objectives, order), v) for f in self.frontier)
+        return Gate(None if cur is None else in_sample_loss(cur.objectives), order,
+                    tuple(objective_vector(f.objectives, order) for f in self.frontier))
 
     def twin_of(self, fp, complexity: float) -> int | None:
         """Id of the earliest member that behaves like a candidate with fingerprint `fp`
@@ -174,8 +182,6 @@ class SearchState:
         return front_hypervolume(self.frontier)
 
 
-def _dominates(a, b) -> bool:
-    return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
 
 
 def _scalar(m: Member) -> float:
@@ -200,6 +206,7 @@ class Search:
                                       weights={k: v for k, v in OPERATOR_WEIGHTS.items() if k != "constant"})
         self.seen: set[str] = set()  # canonical hashes of this run's accepted programs
         self.skipped = 0  # offline draws discarded as already seen
+        self.rescreened = 0  # stopped screens screened again at their turn: the gate fell meanwhile
         self._pool_key = None  # (generation, members) the cached parent pool was built for
         self._pool_cache: tuple[list[Member], list[Member]] = ([], [])
         self._grids: dict | None = None  # extrapolation grids per model, for the LLM's floor text
@@ -211,7 +218,7 @@ class Search:
         # results a killed run had received for candidates it had not written yet, by (hash, kind)
         self._pending: dict[tuple[str, str], Evaluation] = {}
         self._phase_file = os.environ.get("STEPEVOLVE_PHASE_FILE")  # tests: where the driver is
-        self._ahead = Lookahead(pinned=cfg.pinned_only)  # the next generation's screens on idle workers
+        self._ahead = Lookahead(pinned=cfg.pinned_only, gate=self._gate)  # the next generation's screens on idle workers
 
     @functools.cached_property
     def planned(self) -> int:
@@ -374,7 +381,8 @@ class Search:
         return {"run_id": self.run_id, "seconds": time.perf_counter() - t0,
                 "frontier": [m.id for m in self.state.frontier], "killed": pool.killed,
                 "skipped_duplicates": self.skipped, "llm_spend": self.spend.summary() if self.llm else None,
-                "ahead": {"submitted": self._ahead.submitted, "used": self._ahead.used}}
+                "ahead": {"submitted": self._ahead.submitted, "used": self._ahead.used},
+                "rescreened": self.rescreened}
 
     # -------------------------------------------------------------- proposal
     def _parent_pool(self) -> tuple[list[Member], list[Member]]:
@@ -428,16 +436,16 @@ class Search:
             out.append(Candidate(prog, tuple(m.id for m in parents), op))
         return out
 
-    def _propose_ahead(self, n: int) -> list[tuple[str, str]]:
+    def _propose_ahead(self, n: int) -> list[tuple[str, str, str]]:
         """What `_propose_offline` would propose for the next generation if it were proposed now,
-        as (hash, source) (`evolve.lookahead`): the search's random stream, seen programs, skip
+        as (hash, source, cell) (`evolve.lookahead`): the search's random stream, seen programs, skip
         count and parent pool are left as they were, so the next generation's own proposal is
         unchanged by it."""
         kept = (self.generation, self.rng.getstate(), set(self.seen), self.skipped, self._pool_key, self._pool_cache)
         try:
             self.generation += 1
             self._reseed()
-            return [(c.program.hash, c.program.source) for c in self._propose_offline(n)]
+            return [(c.program.hash, c.program.source, cell_key(c.program)) for c in self._propose_offline(n)]
         finally:
             gen, rng, self.seen, self.skipped, self._pool_key, self._pool_cache = kept
             self.generation = gen
@@ -506,6 +514,19 @@ class Search:
             llm_cache_key=c.llm_cache_key, twin_of=twin_of)
         if stage == "full":
             self.state.add(Member(pid, c.program, ev.objectives, self.generation, ev.fingerprint))
+
+    def _gate(self, cell: str) -> dict | None:
+        """The cascade's gate for a screen of MAP-Elites cell `cell` as it stands now (JSON, for
+        `Job.gate`), or None where screens replay every experiment (`RunConfig.screen_race`)."""
+        return self.state.gate(cell).to_json() if self.cfg.screen_race else None
+
+    def _first_job(self, i: int, c: Candidate, kind: str, batch: int, gated: bool = True) -> Job:
+        """Candidate `i`'s first evaluation: a screen (with the gate of now) or, without the
+        cascade, the full one."""
+        if kind != "screen":
+            return Job(i, c.program.source, kind, batch=batch)
+        return Job(i, c.program.source, "screen", batch=batch, pinned=self.cfg.pinned_only,
+                   gate=self._gate(cell_key(c.program)) if gated else None)
 
     @staticmethod
     def _full_job(i: int, c: Candidate, screen_ev: Evaluation, batch: int) -> Job:
@@ -582,12 +603,13 @@ class Search:
         for i, c in fresh:
             if i not in first and c.program.hash not in waiting:
                 self._phase(first_kind, i)  # before: a free worker takes the job in `submit` ("start-...")
-                pool.submit(Job(i, c.program.source, first_kind, batch=b, pinned=screen and self.cfg.pinned_only))
+                pool.submit(self._first_job(i, c, first_kind, b))
         kept = False  # whether results were kept in the archive's pending table
         hashes = dict(todo)
         gate: dict[int, bool] = {}  # the in-order decision per candidate
         twin: dict[int, int] = {}  # a candidate that would earn its full evaluation but behaves like a member
         asked: set[int] = set()  # full evaluations submitted (needed or speculative)
+        again: set[int] = set()  # stopped screens screened again at their turn (see below)
         looked: dict[int, int] = {}  # state size when a speculation was last declined
         guessed = None  # members when the next generation's screens were guessed (`evolve.lookahead`)
         k = 0
@@ -616,6 +638,15 @@ class Search:
                     k += 1
                     continue
                 if i not in first:
+                    break
+                if i not in gate and first[i].race and self.state.would_enter(first[i].race["bounds"], c.program):
+                    # a screen stopped against the gate of its submission, which has fallen since
+                    # (a new cell elite, chosen on held-out errors, may be worse in-sample): its
+                    # bounds decide nothing now, so it is screened again against the gate of now
+                    del first[i]
+                    self.rescreened += 1
+                    pool.submit(self._first_job(i, c, "screen", b, gated=i not in again), first=True)
+                    again.add(i)
                     break
                 if i not in gate:
                     gate[i] = screen and first[i].valid and self.state.would_enter(first[i].objectives, c.program)

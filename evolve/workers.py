@@ -30,6 +30,7 @@ from evaluator.evaluate import Evaluator
 from evaluator.holdout import join_splits
 from evaluator.program import Program, ProgramError, parse_program
 from evaluator.records import Evaluation
+from evaluator.screen_gate import Gate
 from evolve.lifeline import die_with_parent
 
 JobKind = Literal["screen", "full", "split"]
@@ -63,6 +64,7 @@ class Job:
     batch: int = 0  # the search's batch it belongs to (results of an earlier batch are ignored)
     part_of: "Job | None" = None  # a split job's full job (driver side only, never sent)
     pinned: bool = False  # a screen refused after its fit if a constant is unpinned (RunConfig.pinned_only)
+    gate: dict | None = None  # a screen's `evaluator.screen_gate.Gate` (JSON): it may stop once it cannot clear it
 
     @property
     def refine(self) -> bool:
@@ -80,8 +82,9 @@ def time_limit(job: Job, timeout_s: float, pool_heldout: bool) -> float:
 
 def job_message(job: Job, pool_heldout: bool) -> tuple:
     """What a worker needs to run `job`, whatever the executor:
-    (source, refine, start, heldout, split, overheads, pinned)."""
-    return job.source, job.refine, job.start, job.heldout(pool_heldout), job.split, job.overheads, job.pinned
+    (source, refine, start, heldout, split, overheads, pinned, gate)."""
+    return (job.source, job.refine, job.start, job.heldout(pool_heldout), job.split, job.overheads, job.pinned,
+            job.gate)
 
 
 @functools.lru_cache(maxsize=16)
@@ -93,12 +96,13 @@ def _program(source: str) -> Program:
 
 def run_job(ev: Evaluator, message: tuple) -> dict:
     """Evaluate one job message on a worker's Evaluator; the Evaluation as JSON, never raising."""
-    source, refine, start, heldout, split, overheads, pinned = message
+    source, refine, start, heldout, split, overheads, pinned, gate = message
     try:
         if split is not None:
             res = ev.evaluate_split(_program(source), split, overheads)
         else:
-            res = ev.evaluate(_program(source), refine=refine, start=start, heldout=heldout, pinned=pinned)
+            res = ev.evaluate(_program(source), refine=refine, start=start, heldout=heldout, pinned=pinned,
+                              gate=Gate.from_json(gate))
     except ProgramError as e:
         res = Evaluation(valid=False, error=f"invalid program: {e}")
     except Exception as e:  # a candidate must never take the run down

@@ -66,16 +66,40 @@ def test_same_seed_same_archive_whatever_the_workers_and_executor(tmp_path):
 
 
 def test_resume_continues_to_the_new_budget(tmp_path):
+    """Also: a stopped screen's bounds decide at the candidate's turn, and where the gate of that
+    moment admits them (it fell since the screen was asked for: a new cell elite is chosen on
+    held-out errors) the candidate is screened again against it. The killed run kept such a
+    result here (bounds of 0: any gate admits them) for the first candidate the resumed run
+    proposes."""
+    from evaluator.records import Evaluation
     arch, out = _run(tmp_path, "r.db", workers=1, budget=7)
     run_id = out["run_id"]
-    s = Search(RunConfig(budget=11, seed=3, workers=1, generation_size=4, holdout=False, data=DATA[0]), arch)
+    cfg = RunConfig(budget=11, seed=3, workers=1, generation_size=4, holdout=False, data=DATA[0])
+    s = Search(cfg, arch)
+    s.resume(run_id)
+    h, _, _ = s._propose_ahead(4)[0]  # what it proposes first (test_a_guess_proposes_...)
+    s.close()
+    bounds = {k: 0.0 for k in ("e2e_mean", "e2e_worst", "ttft_mean", "itl_mean", "step_mape", "fail_mean")}
+    arch.put_pending(run_id, h, "screen", Evaluation(
+        valid=True, objectives={"complexity": 1.0},
+        race={"models": ["m"], "of": 2, "bounds": {**bounds, "complexity": 1.0}, "why": "kept"}))
+    s = Search(cfg, arch)
     s.resume(run_id)
     assert len(s.state.members) >= 5
-    s.loop()
+    try:
+        got = s.loop()
+    finally:
+        s.close()
     run = arch.get_run(run_id)
     assert run["n_evaluated"] >= 11 and run["status"] == "finished"
     hashes = [h for h, op, valid, _ in _content(tmp_path / "r.db") if valid]
     assert len(hashes) == len(set(hashes))  # no program evaluated twice
+    assert got["rescreened"] == 1
+    con = sqlite3.connect(tmp_path / "r.db")
+    race = con.execute("select e.race from programs p join evaluations e on e.program_id = p.id "
+                       "where p.canonical_hash = ?", (h,)).fetchone()[0]
+    con.close()
+    assert race is None or json.loads(race)["why"] != "kept"  # its own screen, not the kept one
 
 
 def test_runaway_candidate_is_killed_and_recorded():
@@ -217,7 +241,9 @@ def test_a_guess_proposes_the_next_generation_without_moving_the_search(tmp_path
         assert (s.rng.getstate(), set(s.seen), s.skipped, s.generation) == before
         s.generation += 1
         s._reseed()
-        assert [(c.program.hash, c.program.source) for c in s._propose_offline(4)] == guess and len(guess) == 4
+        from evolve.pareto import cell_key
+        assert [(c.program.hash, c.program.source, cell_key(c.program)) for c in s._propose_offline(4)] == guess
+        assert len(guess) == 4
     finally:
         s.close()
 
@@ -239,18 +265,19 @@ def test_lookahead_hands_each_result_to_the_generation_it_was_guessed_for():
         def submit(self, job, first=False):
             self.jobs.append(job)
 
-    look, pool = Lookahead(pinned=True), Pool(free=2)
-    look.start(5, [("a", "A"), ("b", "B"), ("c", "C")])
+    look, pool = Lookahead(pinned=True, gate=lambda cell: {"cell": cell}), Pool(free=2)
+    look.start(5, [("a", "A", "c0"), ("b", "B", "c0"), ("c", "C", "c0")])
     look.feed(pool)  # two idle workers: two screens, the third waits
     assert [(j.source, j.kind, j.batch, j.pinned) for j in pool.jobs] == [("A", "screen", AHEAD_BATCH, True),
                                                                            ("B", "screen", AHEAD_BATCH, True)]
+    assert [j.gate for j in pool.jobs] == [{"cell": "c0"}] * 2  # the cascade's gate as it stands when handed out
     ja, jb = pool.jobs
     ev = Evaluation(valid=True, objectives={"e2e_mean": 0.1})
     look.keep(*look.arrived(ja), ev)
     assert look.claim("a", 4) is None  # another generation's
     assert look.claim("b", 5) is FLYING
-    look.start(5, [("b", "B"), ("a", "A"), ("d", "D")])  # guessed again: c dropped, a kept, b running
-    assert look.todo == [("d", "D")]
+    look.start(5, [("b", "B", "c0"), ("a", "A", "c0"), ("d", "D", "c0")])  # again: c dropped, a kept, b running
+    assert look.todo == [("d", "D", "c0")]
     assert look.claim("a", 5) is ev and look.claim("a", 5) is None  # taken once
     look.begin(5)
     assert look.todo == []  # not handed to a worker: dropped once the generation has claimed
@@ -355,7 +382,15 @@ def test_full_evaluation_starts_from_the_screen_fit(evaluator):
     assert resumed.constants == full.constants and resumed.objectives == full.objectives
 
 
-def test_heldout_run_ranks_on_heldout_errors(tmp_path):
+@pytest.fixture(scope="module")
+def heldout_run(use_small_data, tmp_path_factory):
+    """A short run ranked on held-out errors (its screens stop early where they can)."""
+    path = tmp_path_factory.mktemp("heldout")
+    arch, out = _run(path, "h.db", workers=2, budget=13, holdout=True)
+    return path / "h.db", arch, out
+
+
+def test_heldout_run_ranks_on_heldout_errors(heldout_run):
     """By default full evaluations carry the held-out splits, stored in the archive, and the
     frontier is the Pareto front of held-out E2E errors and complexity."""
     from evaluator.objectives import HELDOUT, objective_vector, vector_order
@@ -363,7 +398,7 @@ def test_heldout_run_ranks_on_heldout_errors(tmp_path):
     from evaluator.data import load
     from evaluator.evaluate import Evaluator
     from evaluator.program import parse_program
-    arch, out = _run(tmp_path, "h.db", workers=2, budget=13, holdout=True)
+    _, arch, out = heldout_run
     run = out["run_id"]
     assert arch.get_run(run)["config"]["holdout"] is True
     full = arch.evaluations(run)
@@ -449,3 +484,41 @@ def test_a_screen_whose_constants_the_data_cannot_pin_is_refused_after_its_fit(t
         s.close()
     assert RunConfig.from_json({"budget": 5}).pinned_only is False  # runs stored before the rule
     assert RunConfig().pinned_only is True
+
+
+def test_screens_that_stop_early_promote_the_same_candidates(heldout_run, tmp_path):
+    """`evaluator.screen_race`: screens that stop replaying once they cannot clear the cascade's
+    gate leave every full evaluation, the frontier and every other screen as they are; a stopped
+    screen keeps the rows of the models it replayed, and bounds the objectives it would have had."""
+    on_db, a_on, on = heldout_run
+    a_off = Archive(tmp_path / "off.db")
+    s = Search(RunConfig(budget=13, seed=3, workers=2, generation_size=4, holdout=True, data=DATA[0],
+                         screen_race=False), a_off)
+    try:
+        s.start()
+        off = s.loop()
+    finally:
+        s.close()
+    assert on["frontier"] == off["frontier"]
+
+    def rows(db):
+        con = sqlite3.connect(db)
+        got = con.execute("select p.canonical_hash, p.valid, e.stage, e.valid, e.constants, e.objectives, e.rows, "
+                          "e.race from programs p left join evaluations e on e.program_id = p.id order by p.id").fetchall()
+        con.close()
+        return got
+
+    stopped = 0
+    for x, y in zip(rows(on_db), rows(tmp_path / "off.db"), strict=True):
+        assert x[:5] == y[:5]
+        if x[7] is None:
+            assert x[5:7] == y[5:7] and y[7] is None
+            continue
+        stopped += 1
+        race, whole = json.loads(x[7]), json.loads(y[5])
+        assert x[2] == "screen" and set(json.loads(x[5])) == {"complexity"}
+        assert json.loads(x[6]) == [r for r in json.loads(y[6]) if r["model"] in race["models"]]
+        assert all(v <= whole[k] for k, v in race["bounds"].items() if k != "complexity" and whole.get(k) is not None)
+    assert stopped > 0
+    assert a_on.work_counts(on["run_id"])["stopped"] == stopped and a_off.work_counts(off["run_id"])["stopped"] == 0
+

@@ -251,6 +251,11 @@ def show_program(archive, program_id: int, console, baseline_rows=None, usable=N
             line += f"  {FAILURE} {fmt_pts(None if x is None else 100 * x)}"
         console.print(f"[bold]{ev.get('stage', '')} evaluation[/bold] " + ("" if ev.get("valid") else
                       f"[red]INVALID: {ev.get('error')}[/red] ") + line)
+        race = ev.get("race") or {}
+        if race.get("why"):  # a screen that stopped replaying (evaluator.screen_race)
+            console.print(f"[yellow]screen {race['why']}; the rows below are those models' only "
+                          f"(`evolve run --whole-screens` scores every experiment of every screen)[/yellow]",
+                          markup=True)
     rows = ev.get("rows") or []
     base = {row_key(r): r for r in rows_of(baseline_rows)}
     if rows:
