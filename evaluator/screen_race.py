@@ -10,7 +10,10 @@ steps in the reference simulation): the most evidence for the least replay.
 
 What changes: only the stored record of a stopped screen (the rows of the models it replayed,
 its bounds, why it stopped: `Evaluation.race`; no in-sample objectives). Which candidates are
-promoted, and so every full evaluation, the frontier and the hand-over, stay as they were.
+promoted, and so every full evaluation, the frontier and the hand-over, stay as they were
+(the README job of 2026-11-29: the same 2,000 evaluations but the 595 stopped screens' records).
+A stopped screen is valid as far as it went: a program that predicts NaN only on a model it did
+not replay (3 of those 595) is recorded as stopped, not invalid; it was refused either way.
 A replay that fails (an invalid prediction, a runaway) reports the experiment a replay in the
 view's own order would have reported first.
 """
@@ -102,7 +105,7 @@ def stopped_evaluation(consts: dict, stop: dict) -> Evaluation:
     b = stop["bounds"]
     why = (f"stopped after {len(stop['models'])} of {stop['of']} models ({', '.join(stop['models'])}): "
            f"in-sample E2E at least {100 * b['e2e_mean']:.1f}% (loss at least {in_sample_loss(b):.3f}), "
-           f"which the cascade's gate refuses")
+           f"which the cascade's gate refuses; the other models were not replayed")
     return Evaluation(valid=True, constants={k: [float(x) for x in v] for k, v in consts.items()},
                       overheads=dict(stop["overheads"]), rows=tuple(stop["rows"]),
                       race={"models": list(stop["models"]), "of": stop["of"], "bounds": dict(b), "why": why})
