@@ -325,6 +325,17 @@ peak PSS 1520 MB (RSS 1846 MB; driver 459, workers 529 / 525 at the peak), busy 
 same archive (260 full, 1,712 screens, 571 refused, 28 twins, 478 redrawn; frontier 84,
 hypervolume 47.919; #652 with the same figures). Judge floor: 2,668.8 worker-s, 1,334 s on two
 workers, against a goal of 720 s for the whole run.
+Screens that stop replaying once they cannot earn a full evaluation (cedf4a3,
+`evaluator.screen_race`; 2026-11-29, a new session on the same kind of VM, fresh worktrees,
+nothing else running): c94999e (20:04-20:25, load 0.38 -> 3.05; a niced 10-s analysis beside it
+at 20:17) 1242.6 s (20.7 min), 1.609 eval/s, CPU 2383 s (driver 105 s), peak PSS 928 MB, busy
+share 0.958, judge 2,191.6 worker-s (floor 1,096 s); cedf4a3 (21:06-21:26, load 0.75 -> 2.07)
+1147.3 s (19.1 min; goal 10), 1.743 eval/s, CPU 2211 s (driver 104 s), peak PSS 936 MB, busy
+share 0.953, judge 2,010.8 worker-s (floor 1,005 s; -8.3%). The same search: 246 full
+evaluations (1,267 / 1,266 worker-s), 26 twins, 652 redrawn, frontier 106, hypervolume 42.249,
+#1343 with the same figures; every record the same but those of the 595 screens that stopped
+(cut from 827 valid screens: they took 0.557 s each against 0.879 s for a whole one; the 232 that
+ran to the end 0.944 s), 3 of which were invalid on a model they no longer replayed.
 """
 from __future__ import annotations
 
