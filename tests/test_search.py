@@ -22,11 +22,11 @@ def use_small_data(small_data):
     DATA[:] = [str(small_data)]
 
 
-def _run(tmp_path, name, workers, budget=9, seed=3, holdout=False, executor="local"):
+def _run(tmp_path, name, workers, budget=9, seed=3, holdout=False, executor="local", **cfg):
     """A short offline run; in-sample ranking unless `holdout` (the held-out splits cost ~4x)."""
     arch = Archive(tmp_path / name)
     s = Search(RunConfig(budget=budget, seed=seed, workers=workers, generation_size=4, holdout=holdout,
-                         executor=executor, data=DATA[0]), arch)
+                         executor=executor, data=DATA[0], **cfg), arch)
     try:
         s.start()
         out = s.loop()
@@ -35,9 +35,9 @@ def _run(tmp_path, name, workers, budget=9, seed=3, holdout=False, executor="loc
     return arch, out
 
 
-def _content(db):
+def _content(db, columns="p.canonical_hash, p.operator, p.valid, e.objectives"):
     con = sqlite3.connect(db)
-    rows = con.execute("select p.canonical_hash, p.operator, p.valid, e.objectives from programs p "
+    rows = con.execute(f"select {columns} from programs p "
                        "left join evaluations e on e.program_id = p.id order by p.id").fetchall()
     con.close()
     return rows
@@ -491,25 +491,11 @@ def test_screens_that_stop_early_promote_the_same_candidates(heldout_run, tmp_pa
     gate leave every full evaluation, the frontier and every other screen as they are; a stopped
     screen keeps the rows of the models it replayed, and bounds the objectives it would have had."""
     on_db, a_on, on = heldout_run
-    a_off = Archive(tmp_path / "off.db")
-    s = Search(RunConfig(budget=13, seed=3, workers=2, generation_size=4, holdout=True, data=DATA[0],
-                         screen_race=False), a_off)
-    try:
-        s.start()
-        off = s.loop()
-    finally:
-        s.close()
+    a_off, off = _run(tmp_path, "off.db", workers=2, budget=13, holdout=True, screen_race=False)
     assert on["frontier"] == off["frontier"]
-
-    def rows(db):
-        con = sqlite3.connect(db)
-        got = con.execute("select p.canonical_hash, p.valid, e.stage, e.valid, e.constants, e.objectives, e.rows, "
-                          "e.race from programs p left join evaluations e on e.program_id = p.id order by p.id").fetchall()
-        con.close()
-        return got
-
+    cols = "p.canonical_hash, p.valid, e.stage, e.valid, e.constants, e.objectives, e.rows, e.race"
     stopped = 0
-    for x, y in zip(rows(on_db), rows(tmp_path / "off.db"), strict=True):
+    for x, y in zip(_content(on_db, cols), _content(tmp_path / "off.db", cols), strict=True):
         assert x[:5] == y[:5]
         if x[7] is None:
             assert x[5:7] == y[5:7] and y[7] is None
