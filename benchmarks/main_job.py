@@ -336,6 +336,13 @@ evaluations (1,267 / 1,266 worker-s), 26 twins, 652 redrawn, frontier 106, hyper
 #1343 with the same figures; every record the same but those of the 595 screens that stopped
 (cut from 827 valid screens: they took 0.557 s each against 0.879 s for a whole one; the 232 that
 ran to the end 0.944 s), 3 of which were invalid on a model they no longer replayed.
+The trace run at 57ffd0e (the same judge as cedf4a3; 21:43-22:06, fresh worktree, nothing else
+running; load 0.28 -> 2.02): 1366.0 s (22.8 min; goal 12; 1481.4 s at 387fead last session, on
+another hour of this VM), 1.464 eval/s, CPU 2656 s (driver 84 s), peak PSS 1495 MB (RSS 1828 MB;
+driver 461, workers 520 / 506 at the peak), busy share 0.949; the same archive (260 full, 1,712
+screens, 571 refused, 28 twins, 478 redrawn; frontier 84, hypervolume 47.919; #652 with the same
+figures) but for the 502 screens that stopped (0.586 s each against 0.872 s for the 279 whole
+valid ones); judge 2,450.3 worker-s (2,668.8 last session), floor 1,225 s.
 """
 from __future__ import annotations
 
