@@ -72,7 +72,7 @@ this VM's noise of the figures before (0.256 / 0.527 / 0.266 / 0.533).
 Again at 238649a (2026-11-29 13:06, a job submitted while a worker is free starts in `submit`;
 `--data ../shared/data --heldout --jobs 6`, load 0.16 -> 1.31): local 1 worker 0.274/s, 2 workers
 0.523/s (1.91x); Ray 1 worker 0.299/s, 2 workers 0.623/s (2.08x). Same bytes.
-Again at 57ffd0e (2026-11-29 22:14, full jobs only, so the screens' early stop plays no part;
+Again at b62d385 (2026-11-29 22:14, full jobs only, so the screens' early stop plays no part;
 `--data ../shared/data --heldout --jobs 6`, load 1.27 -> 1.25): local 1 worker 0.321/s, 2 workers
 0.569/s (1.77x); Ray 1 worker 0.309/s, 2 workers 0.530/s (1.72x); 6,791 B out, 55,422 B back.
 """

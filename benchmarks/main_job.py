@@ -336,7 +336,7 @@ evaluations (1,267 / 1,266 worker-s), 26 twins, 652 redrawn, frontier 106, hyper
 #1343 with the same figures; every record the same but those of the 595 screens that stopped
 (cut from 827 valid screens: they took 0.557 s each against 0.879 s for a whole one; the 232 that
 ran to the end 0.944 s), 3 of which were invalid on a model they no longer replayed.
-The trace run at 57ffd0e (the same judge as cedf4a3; 21:43-22:06, fresh worktree, nothing else
+The trace run at c61b605 (the same judge as cedf4a3; 21:43-22:06, fresh worktree, nothing else
 running; load 0.28 -> 2.02): 1366.0 s (22.8 min; goal 12; 1481.4 s at 387fead last session, on
 another hour of this VM), 1.464 eval/s, CPU 2656 s (driver 84 s), peak PSS 1495 MB (RSS 1828 MB;
 driver 461, workers 520 / 506 at the peak), busy share 0.949; the same archive (260 full, 1,712
