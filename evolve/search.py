@@ -182,8 +182,6 @@ class SearchState:
         return front_hypervolume(self.frontier)
 
 
-
-
 def _scalar(m: Member) -> float:
     return selection_loss(m.objectives)
 
