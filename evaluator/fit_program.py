@@ -19,7 +19,6 @@ from evaluator.judge_states import constraints, grids, probe, reference_stage_st
 from evaluator.program_grad import compiled_gradient
 from evaluator.replay import Replay, replay
 from evaluator.scoring import train_loss
-from evaluator.units import units_violation
 
 IDENTIFY_ROWS = 5000  # evenly spaced fitting states for the identifiability report (~20 ms a group)
 
@@ -35,7 +34,7 @@ def kernels_missing(data: JudgeData, program) -> str | None:
 def refusal(data: JudgeData, program) -> str | None:
     """Why no constants can make this program a usable step time here, before any fit: a
     measured component without kernel tables, or a form that cannot be a time."""
-    return kernels_missing(data, program) or units_violation(program)
+    return kernels_missing(data, program) or program.units_violation()
 
 
 def checked_constants(data: JudgeData, program, f, constants, fit: bool, start,

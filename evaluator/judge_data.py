@@ -102,9 +102,13 @@ class JudgeData:
 
     def part(self, e, part: str) -> np.ndarray:
         """The requests of experiment `e` in the training or reported part."""
-        if self.split is not None:
-            stages = (self.split.fit if part == "train" else self.split.report).get(e.id, ())
-            return np.isin(self.wl[e.id].stage, stages)
+        if self.split is not None:  # made once per split and kept with the workload (`Workload.derived`)
+            key = (self.split.label, e.id, part)
+            got = self.wl[e.id].derived.get(key)
+            if got is None:
+                stages = (self.split.fit if part == "train" else self.split.report).get(e.id, ())
+                got = self.wl[e.id].derived[key] = np.isin(self.wl[e.id].stage, stages)
+            return got
         m = self.train_mask[e.id]
         return m if part == "train" else ~m
 

@@ -34,6 +34,7 @@ from evaluator.components import COMPONENT_INDEX, COMPONENTS, PREDICTOR_SIGNATUR
 from evaluator.llvm_program import FALLBACKS, LLVMFunction, Unsupported
 from evaluator.llvm_program import compiler as selected_compiler
 from evaluator.native import NativeFunction
+from evaluator.units import units_violation
 
 FUNC_NAME = "predict_step_time"
 ALLOWED_CALLS = {"max", "min", "abs", "sqrt", "log", "exp", "pow"}
@@ -96,6 +97,7 @@ class Program:
     _py: object = field(default=None, repr=False)
     _jit: object = field(default=None, repr=False)
     _grad: object = field(default=None, repr=False)  # evaluator.program_grad.compiled_gradient
+    _units: tuple | None = field(default=None, repr=False)  # (units_violation(),) once asked
 
     @property
     def const_names(self) -> list[str]:
@@ -122,6 +124,13 @@ class Program:
             self._jit = compile_generated(kernel_source(self), "_kernel", PREDICTOR_TYPE, call_predictor,
                                           label=f"<program {self.hash}>")
         return self._jit
+
+    def units_violation(self) -> str | None:
+        """`evaluator.units.units_violation`, worked out once: a screen and each of its split
+        jobs ask again (~1% of a full job's CPU before, issue 31)."""
+        if self._units is None:
+            self._units = (units_violation(self),)
+        return self._units[0]
 
     def with_constants(self, values) -> str:
         """The source with constant values replaced (e.g. fitted ones), same structure."""

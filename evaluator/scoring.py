@@ -39,10 +39,15 @@ def _tails(wl, sel: np.ndarray, e2e: np.ndarray, ttft: np.ndarray) -> dict:
     successes, and their relative errors; None where the data has no per-request figures
     (spec mode: the stage means only)."""
     out = {}
+    key = sel.tobytes()  # with the measure: the key of its measured tails in `wl.derived`
     for m, pred, meas in (("e2e", e2e, wl.measured_e2e_s), ("ttft", ttft, wl.measured_ttft_s)):
-        for q in TAILS:
-            p = float(np.percentile(pred[sel], q)) / 1e6
-            x = float(np.percentile(meas[sel], q)) if meas is not None else None
+        # both tails from one partition (the same order statistics and interpolation: bit for
+        # bit the values of one call per tail); the measured ones are taken once per selection
+        ps = [float(p) / 1e6 for p in np.percentile(pred[sel], TAILS)]
+        xs = wl.derived.get(("tails", m, key)) if meas is not None else [None] * len(TAILS)
+        if xs is None:
+            xs = wl.derived[("tails", m, key)] = [float(x) for x in np.percentile(meas[sel], TAILS)]
+        for q, p, x in zip(TAILS, ps, xs):
             out.update({f"pred_{m}_p{q}_s": p, f"meas_{m}_p{q}_s": x,
                         f"{m}_p{q}_err": abs(p - x) / x if x else None})
     return out

@@ -63,6 +63,7 @@ simulator is compiled once and any candidate compiled with the fixed signature p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numba
 import numpy as np
@@ -836,6 +837,19 @@ class Workload:
     measured_failed: np.ndarray | None = None  # bool: the request failed in the measurement
     timeout_us: float = 0.0  # the client's total timeout (0 = none)
 
+    @cached_property
+    def stage_masks(self) -> dict[int, np.ndarray]:
+        """Per load stage (ascending), its requests: every scoring of every replay asks for
+        them, and `np.unique` over the stage column was ~1% of a screen (issue 31)."""
+        return {int(s): self.stage == s for s in np.unique(self.stage)}
+
+    @cached_property
+    def derived(self) -> dict:
+        """What is derived from this request stream alone, kept once made: every replay and
+        scoring of the experiment asks for the same (`_content_ids`; `scoring._tails`' measured
+        percentiles, by the requests selected). Never written to by those who read it."""
+        return {}
+
 
 @dataclass
 class SimResult:
@@ -869,7 +883,15 @@ class SimResult:
 
 def _content_ids(wl: Workload, block: int):
     """Per request: key of its system-prompt blocks, of its other prompt blocks, and how many
-    system-prompt blocks it has; contents are numbered groups first, then prompts."""
+    system-prompt blocks it has; contents are numbered groups first, then prompts. Made once
+    per workload and block size (`Workload.derived`)."""
+    key = ("content", block)
+    if key not in wl.derived:
+        wl.derived[key] = _make_content_ids(wl, block)
+    return wl.derived[key]
+
+
+def _make_content_ids(wl: Workload, block: int):
     n = len(wl.arrival_us)
     pid = np.full(n, -1, np.int64) if wl.prompt_id is None else np.asarray(wl.prompt_id, np.int64)
     gid = np.full(n, -1, np.int64) if wl.group_id is None else np.asarray(wl.group_id, np.int64)
@@ -951,9 +973,12 @@ def outcomes_by_stage(result: SimResult, wl: Workload, mask=None) -> list[dict]:
 
 
 def _stage_groups(result: SimResult, wl: Workload, mask):
-    keep = np.ones(len(wl.stage), bool) if mask is None else np.asarray(mask, bool)
-    for s in np.unique(wl.stage):
-        yield int(s), keep & (wl.stage == s)
+    if mask is None:
+        yield from wl.stage_masks.items()
+        return
+    keep = np.asarray(mask, bool)
+    for s, in_stage in wl.stage_masks.items():
+        yield s, keep & in_stage
 
 
 def cache_stats_by_stage(result: SimResult, wl: Workload, mask=None) -> list[dict]:
@@ -961,18 +986,18 @@ def cache_stats_by_stage(result: SimResult, wl: Workload, mask=None) -> list[dic
     first scheduled, hit rate, what always-hit would have served, evictions and preemptions
     (attributed to the request that caused / suffered them). `mask` restricts the requests."""
     out = []
-    st = result.req_stats
     for s, m in _stage_groups(result, wl, mask):
+        st = result.req_stats[m]  # one gather; its columns hold whole counts, so every sum is exact
         prompt = float(wl.prompt_len[m].sum())
-        hit = float(st[m, HIT].sum())
-        ideal = float(st[m, IDEAL_HIT].sum())
+        hit = float(st[:, HIT].sum())
+        ideal = float(st[:, IDEAL_HIT].sum())
         out.append({
             "stage": s, "requests": int(m.sum()), "prompt_tokens": int(prompt),
             "cached_tokens": int(hit), "hit_rate": hit / prompt if prompt else None,
             "always_hit_tokens": int(ideal), "always_hit_rate": ideal / prompt if prompt else None,
             "recomputed_tokens": int(ideal - hit),
-            "restart_cached_tokens": int(st[m, RESTART_HIT].sum()),
-            "evictions": int(st[m, EVICTIONS].sum()), "preemptions": int(st[m, PREEMPTIONS].sum()),
+            "restart_cached_tokens": int(st[:, RESTART_HIT].sum()),
+            "evictions": int(st[:, EVICTIONS].sum()), "preemptions": int(st[:, PREEMPTIONS].sum()),
             "mode": result.prefix_cache,
         })
     return out
