@@ -343,6 +343,27 @@ driver 461, workers 520 / 506 at the peak), busy share 0.949; the same archive (
 screens, 571 refused, 28 twins, 478 redrawn; frontier 84, hypervolume 47.919; #652 with the same
 figures) but for the 502 screens that stopped (0.586 s each against 0.872 s for the 279 whole
 valid ones); judge 2,450.3 worker-s (2,668.8 last session), floor 1,225 s.
+What a workload's scoring derives, made once (cc5b19f: its stage masks, block contents, measured
+tails and the held-out views' parts; the units check once per program; bit for bit: 120
+evaluations and 768 simulations hash as before). 2026-11-30, a new session on the same kind of
+VM, fresh worktrees, nothing else running: 9d28075 (2026-11-29 23:16-23:31, load 1.03 -> 2.08)
+883.5 s, judge 1,550.2 worker-s; cc5b19f (00:18-00:30, load 1.18 -> 2.05) 711.4 s (11.9 min;
+goal 10), 2.812 eval/s, CPU 1367 s (driver 71 s), peak PSS 977 MB (RSS 1263 MB; driver 392,
+workers 290 / 288 at the peak), busy share 0.951, judge 1,233.0 worker-s (floor 617 s); 9d28075
+again right after (00:32-00:46, load 0.24 -> 1.92) 820.8 s, judge 1,427.0 worker-s. The same
+archive all three times (every record but its seconds; frontier 106, hypervolume 42.249, #1343
+with the same figures). Per kind, cc5b19f against the second 9d28075 run: full evaluations
+0.867x, valid screens 0.850x, stopped 0.853x, but screens refused after their fit (code this
+commit does not touch) 0.903x (unpinned) and 0.859x (unphysical): most of the difference is this
+VM's speed moving within the hour; the change itself is ~3-5% of the judge (cProfile of 80
+screens: scoring 2.78 -> 1.51 s of ~45 s). Of the 711 s: 30.8 s before the run exists (a fresh
+checkout compiles `_simulate`), 661.3 s of run (12.9 s of it to the first evaluation) and 19.3 s
+after it (the hand-over).
+The trace run at cc5b19f (00:47-01:10, fresh worktree, nothing else running; load 0.65 -> 1.94):
+1410.7 s (23.5 min; goal 12), 1.418 eval/s, CPU 2744 s (driver 87 s), peak PSS 1531 MB (RSS 1867
+MB; driver 492, workers 534 / 498 at the peak), busy share 0.949, judge 2,539.2 worker-s (floor
+1,270 s); the same archive as before (260 full, 1,712 screens, 571 unpinned, 502 stopped, 28
+twins, 478 redrawn; frontier 84, hypervolume 47.919; #652 with the same figures).
 """
 from __future__ import annotations
 
