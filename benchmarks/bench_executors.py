@@ -75,6 +75,9 @@ Again at 238649a (2026-11-29 13:06, a job submitted while a worker is free start
 Again at b62d385 (2026-11-29 22:14, full jobs only, so the screens' early stop plays no part;
 `--data ../shared/data --heldout --jobs 6`, load 1.27 -> 1.25): local 1 worker 0.321/s, 2 workers
 0.569/s (1.77x); Ray 1 worker 0.309/s, 2 workers 0.530/s (1.72x); 6,791 B out, 55,422 B back.
+Again at 1c4f78e (2026-11-30 01:33, a new session, the same kind of VM; `--heldout --jobs 6`,
+load 0.92 -> 1.25): local 1 worker 0.326/s, 2 workers 0.688/s (2.11x); Ray 1 worker 0.299/s, 2
+workers 0.568/s (1.90x); 6,791 B out, 55,422 B back.
 """
 from __future__ import annotations
 

@@ -203,6 +203,10 @@ Again at b343b53 (the same command), 2026-11-29 15:47, an Intel Xeon with AVX-51
 AVX-512 loops off, `evaluator.PINNED_ENV`), load 0.41 -> 1.12: one process 3.92 / 4.93 s CPU,
 screen 0.70 / 0.81 s, split jobs 3.16 / 4.17 s; the full job on the local pool of 2 workers 1.65 /
 2.78 s wall, minimum of 3 (goal 0.5 s; this CPU ran the trace run's judge ~16% slower too).
+Again at 1c4f78e (`--programs measured_per_layer,ten_constants --pool`), 2026-11-30 01:32, a new
+session on the same kind of VM, load 0.06 -> 0.92: one process 2.59 / 4.54 s CPU, screen 0.44 /
+0.62 s, split jobs 2.00 / 3.58 s; the full job on the local pool of 2 workers 0.89 / 1.76 s wall
+(minimum of 3; goal 0.5 s).
 """
 from __future__ import annotations
 
