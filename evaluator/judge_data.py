@@ -102,13 +102,12 @@ class JudgeData:
 
     def part(self, e, part: str) -> np.ndarray:
         """The requests of experiment `e` in the training or reported part."""
-        if self.split is not None:  # made once per split and kept with the workload (`Workload.derived`)
-            key = (self.split.label, e.id, part)
-            got = self.wl[e.id].derived.get(key)
-            if got is None:
-                stages = (self.split.fit if part == "train" else self.split.report).get(e.id, ())
-                got = self.wl[e.id].derived[key] = np.isin(self.wl[e.id].stage, stages)
-            return got
+        if self.split is not None:  # made once per set of stages, kept with the workload (`Workload.derived`)
+            wl = self.wl[e.id]
+            key = ("stages", tuple((self.split.fit if part == "train" else self.split.report).get(e.id, ())))
+            if key not in wl.derived:
+                wl.derived[key] = np.isin(wl.stage, key[1])
+            return wl.derived[key]
         m = self.train_mask[e.id]
         return m if part == "train" else ~m
 

@@ -847,7 +847,8 @@ class Workload:
     def derived(self) -> dict:
         """What is derived from this request stream alone, kept once made: every replay and
         scoring of the experiment asks for the same (`_content_ids`; `scoring._tails`' measured
-        percentiles, by the requests selected). Never written to by those who read it."""
+        percentiles, by the requests selected; a held-out view's part, by its stages). Keyed
+        by what it is made from, never by who asks; never written to by those who read it."""
         return {}
 
 
