@@ -452,13 +452,17 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 def judge_seconds(archive: str) -> tuple[float, float, float] | None:
-    """The archive's evaluation seconds summed (the judge's own work: screens, and full
-    evaluations with their split jobs), and when the first and the last were written."""
+    """The newest run's evaluation seconds summed (the judge's own work: screens, and full
+    evaluations with their split jobs), and when the first and the last were written. A run
+    the archive answered (`evolve.judge_memo`) carries the seconds the answers cost once."""
     import sqlite3
     try:
         con = sqlite3.connect(f"file:{archive}?mode=ro", uri=True)
         try:
-            busy, t0, t1 = con.execute("SELECT SUM(seconds), MIN(created_at), MAX(created_at) FROM evaluations").fetchone()
+            busy, t0, t1 = con.execute(
+                "SELECT SUM(e.seconds), MIN(e.created_at), MAX(e.created_at) FROM evaluations e "
+                "JOIN programs p ON p.id = e.program_id "
+                "WHERE p.run_id = (SELECT id FROM runs ORDER BY created_at DESC LIMIT 1)").fetchone()
         finally:
             con.close()
     except sqlite3.Error:
@@ -554,7 +558,7 @@ def main(argv=None) -> int:
                              sorted((round(v / 2**20) for p, v in at_peak.items() if p != proc.pid), reverse=True),
            **judge_figures(archive, a.workers),
            "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
-           "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "idle workers:", "use #", "  fitted from",
+           "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "reused:", "idle workers:", "use #", "  fitted from",
                                                                            "  Held-out misses"))]}
     if a.json:
         print(json.dumps(res, indent=1))

@@ -17,6 +17,7 @@ from evaluator.identify import program_identifiability
 from evaluator.judge_data import JudgeData
 from evaluator.judge_states import constraints, grids, probe, reference_stage_states, stage_states
 from evaluator.program_grad import compiled_gradient
+from evaluator.records import UNPHYSICAL
 from evaluator.replay import Replay, replay
 from evaluator.scoring import train_loss
 
@@ -134,7 +135,7 @@ def _group_unphysical(data: JudgeData, f, key, exps, c, params, by_model) -> str
     why = (physics.check_program(f, c, probe(data, key, exps), None)
            or physics.check_by_model(f, {m: c for m in models}, None, {m: by_model[m] for m in models},
                                      physics.measured_read(params)))
-    return f"unphysical: {why}" if why else None
+    return f"{UNPHYSICAL}{why}" if why else None
 
 
 def screen_identifiability(data: JudgeData, program, consts, wanted: bool) -> dict[str, dict] | None:

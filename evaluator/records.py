@@ -88,13 +88,20 @@ def unpinned(identifiability: Mapping | None) -> dict[str, list[str]]:
     return out
 
 
+UNPHYSICAL = "unphysical: "  # how the error of a program the physical rules refuse begins
+UNPINNED = "constants the data cannot pin"  # and of one with a constant the data cannot pin
+# A screen is refused for either right after its fit, before it replays anything: its cascade
+# gate (`evaluator.screen_race`) had no say in it (`evolve.judge_memo` relies on this).
+REFUSED_BEFORE_REPLAY = (UNPHYSICAL, UNPINNED)
+
+
 def unpinned_reason(identifiability: Mapping | None) -> str:
     """One line naming the unpinned constants, each with the fitting groups it is unpinned on."""
     groups: dict[str, list[str]] = {}
     for group, names in unpinned(identifiability).items():
         for n in names:
             groups.setdefault(n, []).append(group)
-    return ("constants the data cannot pin (held by the fit's prior, not by data): "
+    return (f"{UNPINNED} (held by the fit's prior, not by data): "
             + "; ".join(f"{n} ({', '.join(g)})" for n, g in groups.items()))
 
 

@@ -52,8 +52,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, create_engine, delete,
-                        event, func, select, text, update)
+from sqlalchemy import (JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, create_engine,
+                        delete, event, func, select, text, update)
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -75,8 +75,8 @@ OBJECTIVE_COLUMNS = tuple(k for k in ORDER if k not in REGIMES_OPTIONAL)
 USABLE_CHECKS = 50  # best_transfer: candidates asked `usable` at most (grid predictions, ~0.1 s each)
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 STAGES = ("screen", "full")
-SCHEMA_VERSION = 7  # 4: pending_results (kept results of a killed run); 5: fingerprint, twin_of, recommended;
-# 6: fit_starts; 7: race (a screen stopped early)
+SCHEMA_VERSION = 8  # 4: pending_results (kept results of a killed run); 5: fingerprint, twin_of, recommended;
+# 6: fit_starts; 7: race (a screen stopped early); 8: judged (the judge's answers, evolve.judge_memo)
 # columns added after version 1: (table, column, SQL type), added in place to an older archive
 ADDED_COLUMNS = (("evaluations", "lowo_e2e", "FLOAT"), ("evaluations", "lomo_e2e", "FLOAT"),
                  ("evaluations", "load_e2e", "FLOAT"), ("evaluations", "holdout", "JSON"),
@@ -211,6 +211,16 @@ class PendingResult(Base):
     canonical_hash: Mapped[str] = mapped_column(String)
     kind: Mapped[str] = mapped_column(String)  # "screen" or "full"
     evaluation: Mapped[Any] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class JudgedAnswer(Base):
+    """A worker's finished answer to one job under one judge (`evolve.judge_memo`): the key
+    hashes both, the answer is its Evaluation's JSON, zlib-compressed. Outlives runs: a later
+    run of the same judge that asks the same job takes it instead of judging it again."""
+    __tablename__ = "judged"
+    key: Mapped[str] = mapped_column(String, primary_key=True)
+    evaluation: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[float] = mapped_column(Float)
 
 
@@ -762,6 +772,22 @@ class Archive:
             q = q.where(PendingResult.canonical_hash.in_(list(hashes)))
         with self._write() as s, s.begin():
             s.execute(q)
+
+    # ------------------------------------------------------------ the judge's answers (evolve.judge_memo)
+    def judged(self, key: str) -> bytes | None:
+        """The answer kept under `key`, as stored (compressed JSON), or None."""
+        with self._read() as s, s.begin():
+            return s.execute(select(JudgedAnswer.evaluation).where(JudgedAnswer.key == key)).scalar()
+
+    def keep_judged(self, items: Sequence[tuple[str, bytes]]) -> int:
+        """Keep answers (key, compressed JSON) in one transaction; a key kept already stays as
+        it is (the same judge gave the same answer). Returns how many were new."""
+        if not items:
+            return 0
+        now = time.time()
+        q = sqlite_insert(JudgedAnswer).values([{"key": k, "evaluation": b, "created_at": now} for k, b in items])
+        with self._write() as s, s.begin():
+            return s.execute(q.on_conflict_do_nothing(index_elements=["key"])).rowcount
 
     def evaluations(self, run_id: str | None = None, stage: str | None = "full",
                     valid_only: bool = False) -> list[dict]:

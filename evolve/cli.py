@@ -273,7 +273,9 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
         best = hand_over(archive, search.run_id, search._pool, cfg.handover_starts, usable=usable_check(search._gt),
                          say=say)
     finally:
+        memo = getattr(getattr(search, "pool", None), "memo", None)
         search.close()
+    out["recalled"] = memo.hits if memo is not None else 0  # jobs the archive answered (evolve.judge_memo)
     fr = search.state.frontier
     from evaluator.holdout import misses
     out["best"] = {"id": best["id"], **best["objectives"]} if best else None
@@ -319,7 +321,7 @@ def cmd_run(args) -> int:
         changed = _resume_changes(args, stored)
         if changed:  # never silently ignored: the stored settings are what the run continues with
             sys.exit(f"error: --resume {args.resume} continues with its stored settings; it may change --budget, "
-                     f"--workers, --executor, --ray-address and the LLM spend caps, not {', '.join(changed)}")
+                     f"--workers, --executor, --ray-address, --no-reuse and the LLM spend caps, not {', '.join(changed)}")
     cfg = config_from_args(args, stored)
     from evaluator.objectives import JUDGE_REVISION
     if cfg.judge != JUDGE_REVISION:  # its stored scores keep their meaning; the new ones are today's
@@ -360,6 +362,9 @@ def cmd_run(args) -> int:
               f"({w.get('unpinned', 0)} of them with a constant the data cannot pin"
               f"{': refused after their fit' if cfg.pinned_only else ''}{stopped}), "
               f"{w.get('twins', 0)} twins (screened, then skipped: they behave like an earlier program)")
+    if out.get("recalled"):
+        con.print(f"reused: {out['recalled']} jobs answered from this archive's earlier runs under the same judge "
+                  f"(data, code and numeric stack), by no worker (--no-reuse judges them again)")
     ahead = out.get("ahead") or {}
     if ahead.get("submitted"):
         con.print(f"idle workers: {ahead['submitted']} screens of the next generation run ahead, "
@@ -471,6 +476,7 @@ def cmd_handover(args) -> int:
     from evolve.archive import Archive
     from evolve.config import RunConfig
     from evolve.handover import hand_over
+    from evolve.judge_memo import memo_for
     from evolve.workers import ExecutorError, WorkerPool
     from evaluator.data import load
     from evaluator.holdout import split_labels
@@ -494,6 +500,8 @@ def cmd_handover(args) -> int:
     def pool():  # as the run's: a start's full job is cut into its held-out splits
         pools.append(WorkerPool(cfg.data, cfg.train_fraction, args.workers, cfg.timeout_s, heldout=True,
                                 splits=split_labels(gt.experiments)))
+        if cfg.reuse:  # starts this archive has judged already (evolve.judge_memo)
+            pools[-1].memo = memo_for(archive, gt, cfg.train_fraction)
         return pools[-1]
     before = run.get("recommended")
     try:
@@ -791,6 +799,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replay every experiment in every screen, so each stores its whole in-sample "
                              "score (default: a screen stops once it cannot earn a full evaluation; the "
                              "same programs get one either way)")
+        sp.add_argument("--no-reuse", action="store_true",
+                        help="judge every job again, even one this archive holds the answer to under the "
+                             "same judge (default: such a job is answered from the archive, by no worker: "
+                             "the same seed run again replays; evolve/judge_memo.py)")
         sp.add_argument("--handover-starts", type=POSITIVE_INT, default=HANDOVER_STARTS, metavar="N",
                         help=f"fit the {HANDOVER_SHORTLIST} best programs again from N start points each at the end and "
                              f"hand over the one whose worst start holds best (default {HANDOVER_STARTS}; 1: "

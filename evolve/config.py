@@ -14,7 +14,7 @@ from evaluator.objectives import JUDGE_REVISION, Caps
 
 HANDOVER_STARTS = 4  # the declared constants and 3 seeded multiples of them (evolve.handover)
 HANDOVER_SHORTLIST = 4  # programs the hand-over fits again: the first in the declared-start order
-RESUMABLE = ("budget", "workers", "executor", "ray_address")  # what a --resume may change
+RESUMABLE = ("budget", "workers", "executor", "ray_address", "reuse")  # what a --resume may change
 SPEND_CAPS = ("max_llm_cost", "max_llm_tokens", "llm_price_in", "llm_price_out", "llm_timeout")  # kept on
 # --resume unless given again
 
@@ -50,6 +50,8 @@ class RunConfig:
     screen_race: bool = True
     # the judge's revision the run was started under (evaluator.objectives.JUDGE_REVISION)
     judge: int = JUDGE_REVISION
+    # a job the archive holds the answer to under the same judge is answered from it (evolve.judge_memo)
+    reuse: bool = True
 
     def llm_prices_per_token(self) -> tuple[float | None, float | None]:
         """The given prices in USD per token (None where not given)."""
@@ -100,6 +102,7 @@ def config_from_args(args, stored: Mapping | None = None, seed: int | None = Non
         "handover_starts": getattr(args, "handover_starts", HANDOVER_STARTS),
         "pinned_only": not getattr(args, "promote_unpinned", False),
         "screen_race": not getattr(args, "whole_screens", False),
+        "reuse": not getattr(args, "no_reuse", False),
     }
     if stored is None:
         if from_flags["llm_timeout"] is None:

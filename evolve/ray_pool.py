@@ -134,8 +134,7 @@ class RayPool(Executor):
             pass
         self.slots[i] = self._new_slot()
 
-    @property
-    def busy(self) -> bool:
+    def _running(self) -> bool:
         return bool(self.pending) or any(s.job is not None for s in self.slots)
 
     def _free(self) -> int:
@@ -146,7 +145,7 @@ class RayPool(Executor):
         """Nodes the ready actors run on (for tests and the run summary)."""
         return {s.node for s in self.slots if s.node}
 
-    def wait(self, cap_s: float = WAIT_CAP_S) -> None:
+    def _wait(self, cap_s: float) -> None:
         if self.pending and any(s.ready and s.job is None for s in self.slots):
             return
         busy = [s for s in self.slots if s.job is not None]

@@ -51,6 +51,7 @@ from evaluator.records import Evaluation
 from evaluator.screen_gate import Gate
 from evolve.archive import Archive
 from evolve.config import RunConfig
+from evolve.judge_memo import memo_for
 from evolve.llm import ParentInfo, ProposalRequest, mutator_for
 from evolve.lookahead import AHEAD_BATCH, FLYING, Lookahead
 from evolve.mutate import OPERATOR_WEIGHTS, OfflineMutator
@@ -314,6 +315,8 @@ class Search:
                 self.pool = RayPool(*args, heldout=self.cfg.holdout, address=self.cfg.ray_address, splits=splits)
             else:
                 self.pool = WorkerPool(*args, heldout=self.cfg.holdout, splits=splits)
+            if self.cfg.reuse:  # jobs this archive has answered under the same judge: not judged again
+                self.pool.memo = memo_for(self.archive, self._gt, self.cfg.train_fraction)
         return self.pool
 
     def close(self, keep_pool: bool = False) -> None:
@@ -380,6 +383,7 @@ class Search:
                 "frontier": [m.id for m in self.state.frontier], "killed": pool.killed,
                 "skipped_duplicates": self.skipped, "llm_spend": self.spend.summary() if self.llm else None,
                 "ahead": {"submitted": self._ahead.submitted, "used": self._ahead.used},
+                "recalled": pool.memo.hits if pool.memo is not None else 0,
                 "rescreened": self.rescreened}
 
     # -------------------------------------------------------------- proposal

@@ -220,6 +220,8 @@ class Executor:
         self._gather: dict[int, dict] = {}  # id(cut full job) -> its splits' results so far, by label
         self._split_seconds: dict[str, float] = {}  # label -> recent seconds of its split jobs
         self._start_failures = 0  # workers in a row that ended before they were ready
+        self.memo = None  # an `evolve.judge_memo.JudgeMemo`: jobs it holds are answered from it
+        self._recalled: list[tuple[Job, Evaluation]] = []  # answers from the memo, for the next `poll`
 
     @property
     def killed(self) -> int:
@@ -245,11 +247,27 @@ class Executor:
             jobs = [Job(job.index, job.source, "split", split=label, overheads=job.screen.overheads, batch=job.batch,
                         part_of=job) for label in self._longest_first()]
             self._gather[id(job)] = {}
+        if self.memo is not None:  # a job judged before is answered at the next poll, by no worker
+            left = []
+            for j in jobs:
+                got = self.memo.get(job_message(j, self.heldout))
+                if got is None:
+                    left.append(j)
+                else:
+                    self._recalled.append((j, got))
+            if not left:
+                return
+            jobs = left
+        self._start()
         if first:
             self.pending[:0] = jobs
         else:
             self.pending.extend(jobs)
         self._dispatch()
+
+    def _start(self) -> None:
+        """Start the workers if they are not yet (a local pool waits for its first job that the
+        memo does not answer: a run the archive answers whole starts none)."""
 
     def _dispatch(self) -> None:
         """Hand waiting jobs to ready workers without one, now: a job submitted while a worker is
@@ -306,12 +324,22 @@ class Executor:
 
     @property
     def busy(self) -> bool:
+        """Whether jobs are waiting, running, or answered from the memo and not yet polled."""
+        return bool(self._recalled) or self._running()
+
+    def _running(self) -> bool:
         raise NotImplementedError
 
     def poll(self) -> list[tuple[Job, Evaluation]]:
         """Finished jobs; a cut full job once all its splits are back."""
         out = []
-        for job, res in self._poll():
+        recalled, self._recalled = self._recalled, []
+        answered = self._poll()
+        if self.memo is not None and answered:
+            for job, res in answered:
+                self.memo.put(job_message(job, self.heldout), res)
+            self.memo.flush()  # kept as soon as received: a killed run loses none of them
+        for job, res in recalled + answered:
             got = self._gather.get(id(job.part_of)) if job.part_of is not None else None
             if got is None:  # a whole job (or a split of a discarded full job: its batch is over)
                 out.append((job, res))
@@ -339,9 +367,13 @@ class Executor:
     def wait(self, cap_s: float = WAIT_CAP_S) -> None:
         """Block until `poll` may have something to do: a worker answered, started or died,
         a running job passed its time limit, or `cap_s` went by. Returns at once where a free,
-        ready worker could take a pending job. Why not sleep and poll: the driver shares the
-        cores with its workers, and a 2 ms polling loop cost it ~10% of one of them (a
-        profile of a 200-proposal run: 127k sleeps, 248k pipe polls)."""
+        ready worker could take a pending job, or the memo answered one. Why not sleep and poll:
+        the driver shares the cores with its workers, and a 2 ms polling loop cost it ~10% of
+        one of them (a profile of a 200-proposal run: 127k sleeps, 248k pipe polls)."""
+        if not self._recalled:
+            self._wait(cap_s)
+
+    def _wait(self, cap_s: float) -> None:
         raise NotImplementedError
 
     def _wait_s(self, started: list[tuple[float, Job]], cap_s: float) -> float:
@@ -392,25 +424,33 @@ class WorkerPool(Executor):
                  splits=()):
         super().__init__(timeout_s, heldout, splits)
         self.ctx = mp.get_context("spawn")
-        prepare = bool(heldout and splits)  # split jobs to come: prepare their views
+        self._setup = (data_dir, train_fraction, bool(heldout and splits), max(1, workers))  # prepare split views?
+        self.states = None
+        self.args: tuple = ()
+        self.recycle = recycle
+        self.workers: list[_Worker] = []  # started with the first job (`_start`)
+
+    def _start(self) -> None:
+        """The shared states (a helper process), then the workers, once."""
+        if self.workers:
+            return
+        data_dir, train_fraction, prepare, n = self._setup
         self.states = shared_states_file(self.ctx, data_dir, train_fraction, prepare)
         where = None if self.states is None else fd_path(self.states)
         self.args = (data_dir, train_fraction, prepare, where)
-        self.recycle = recycle
-        self.workers = [_Worker(self.ctx, *self.args) for _ in range(max(1, workers))]
+        self.workers = [_Worker(self.ctx, *self.args) for _ in range(n)]
 
     def _replace(self, i):
         self.workers[i].kill()
         self.workers[i] = _Worker(self.ctx, *self.args)
 
-    @property
-    def busy(self) -> bool:
+    def _running(self) -> bool:
         return bool(self.pending) or any(w.job for w in self.workers)
 
     def _free(self) -> int:
         return sum(w.job is None for w in self.workers)
 
-    def wait(self, cap_s: float = WAIT_CAP_S) -> None:
+    def _wait(self, cap_s: float) -> None:
         if self.pending and any(w.ready and w.job is None for w in self.workers):
             return
         busy = [w for w in self.workers if w.job is not None]

@@ -508,3 +508,32 @@ def test_screens_that_stop_early_promote_the_same_candidates(heldout_run, tmp_pa
     assert stopped > 0
     assert a_on.work_counts(on["run_id"])["stopped"] == stopped and a_off.work_counts(off["run_id"])["stopped"] == 0
 
+
+
+def test_the_same_seed_again_in_the_same_archive_is_answered_by_it(heldout_run, tmp_path):
+    """`evolve.judge_memo`: the run's jobs were kept with its answers; the same run again in a
+    copy of its archive takes them from there and writes every record as the first run did,
+    seconds included (what the judging cost once). `--no-reuse` judges them again."""
+    db, arch, first = heldout_run
+    copy = tmp_path / "again.db"
+    src, dst = sqlite3.connect(db), sqlite3.connect(copy)
+    src.backup(dst)
+    src.close(), dst.close()
+    a2, again = _run(tmp_path, "again.db", workers=2, budget=13, holdout=True)
+    assert again["run_id"] != first["run_id"] and again["recalled"] > 0
+    cols = ("p.canonical_hash, p.operator, p.valid, p.generation, p.reject_reason, e.stage, e.valid, e.error, "
+            "e.objectives, e.rows, e.constants, e.race, e.holdout, e.fingerprint, e.seconds")
+
+    def records(path, run):
+        con = sqlite3.connect(path)
+        rows = con.execute(f"select {cols} from programs p left join evaluations e on e.program_id = p.id "
+                           "where p.run_id = ? order by p.id", (run,)).fetchall()
+        con.close()
+        return rows
+    before = records(copy, first["run_id"])
+    assert before and records(copy, again["run_id"]) == before
+    hashes = lambda a, out: sorted(a.program(i)["canonical_hash"] for i in out["frontier"])  # noqa: E731
+    assert hashes(a2, again) == hashes(arch, first)
+    _, fresh = _run(tmp_path, "again.db", workers=2, budget=13, holdout=True, reuse=False)
+    assert fresh["recalled"] == 0
+    assert [r[:-1] for r in records(copy, fresh["run_id"])] == [r[:-1] for r in before]  # all but the seconds
