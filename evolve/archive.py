@@ -779,6 +779,12 @@ class Archive:
         with self._read() as s, s.begin():
             return s.execute(select(JudgedAnswer.evaluation).where(JudgedAnswer.key == key)).scalar()
 
+    def judged_any(self, prefix: str) -> bool:
+        """Whether some answer's key begins with `prefix` and a dash (one judge's answers)."""
+        q = select(JudgedAnswer.key).where(JudgedAnswer.key > f"{prefix}-", JudgedAnswer.key < f"{prefix}.").limit(1)
+        with self._read() as s, s.begin():
+            return s.execute(q).first() is not None
+
     def keep_judged(self, items: Sequence[tuple[str, bytes]]) -> int:
         """Keep answers (key, compressed JSON) in one transaction; a key kept already stays as
         it is (the same judge gave the same answer). Returns how many were new."""

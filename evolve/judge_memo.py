@@ -45,6 +45,7 @@ from evaluator.screen_gate import Gate
 
 UNFINISHED = ("killed:", "worker died", "evaluation crashed")  # errors of the moment, not of the program
 FLUSH_EVERY = 64  # answers buffered before they are written in one transaction
+JUDGE_PREFIX = 16  # hex digits of the judge key that begin each row's key
 _STACK = ("numpy", "scipy", "numba", "llvmlite", "pandas")
 
 
@@ -117,13 +118,23 @@ class JudgeMemo:
         self.hits = 0  # jobs answered from the archive
         self.kept = 0  # answers written to it
         self._buffer: list[tuple[str, bytes]] = []
+        self._prefix = key[:JUDGE_PREFIX]
+        # an archive with no answer of this judge (a new one: the README's first run) is not
+        # asked for each job; only what this memo itself keeps can be found then
+        self._any = archive.judged_any(self._prefix)
+        self._mine: set[str] = set()
 
     def _id(self, message: tuple) -> str:
-        text = json.dumps(message, sort_keys=True, default=repr)  # floats as repr: exact
-        return hashlib.sha256(self.key.encode() + b"\0" + text.encode()).hexdigest()
+        """The row key: the judge's first hex digits (so `judged_any` finds them by range),
+        then the hash of the whole judge key and the message (floats as repr: exact)."""
+        text = json.dumps(message, sort_keys=True, default=repr)
+        return f"{self._prefix}-" + hashlib.sha256(self.key.encode() + b"\0" + text.encode()).hexdigest()
 
     def _read(self, message: tuple) -> Evaluation | None:
-        blob = self.archive.judged(self._id(message))
+        key = self._id(message)
+        if not self._any and key not in self._mine:
+            return None
+        blob = self.archive.judged(key)
         if blob is None:
             return None
         try:
@@ -159,9 +170,13 @@ class JudgeMemo:
             self.flush()
 
     def flush(self) -> None:
+        """Write the buffered answers (one transaction). The executor flushes when it runs
+        idle and the search when it closes: a killed run loses at most FLUSH_EVERY of them,
+        which a later run judges again."""
         if self._buffer:
             items, self._buffer = self._buffer, []
             self.kept += self.archive.keep_judged(items)
+            self._mine.update(k for k, _ in items)
 
 
 def memo_for(archive, gt, train_fraction: float) -> JudgeMemo:

@@ -338,7 +338,8 @@ class Executor:
         if self.memo is not None and answered:
             for job, res in answered:
                 self.memo.put(job_message(job, self.heldout), res)
-            self.memo.flush()  # kept as soon as received: a killed run loses none of them
+            if not self._running():  # idle (a batch's or the run's end): write what is buffered
+                self.memo.flush()
         for job, res in recalled + answered:
             got = self._gather.get(id(job.part_of)) if job.part_of is not None else None
             if got is None:  # a whole job (or a split of a discarded full job: its batch is over)

@@ -78,8 +78,10 @@ def test_a_screen_that_ran_to_the_end_answers_any_gate_that_admits_it(tmp_path):
 
 def test_a_damaged_answer_is_judged_again(tmp_path):
     arch = Archive(tmp_path / "a.db")
+    assert not JudgeMemo(arch, KEY)._any  # a new archive is not asked job by job
+    arch.keep_judged([(JudgeMemo(arch, KEY)._id(_screen()), b"not zlib")])
     memo = JudgeMemo(arch, KEY)
-    arch.keep_judged([(memo._id(_screen()), b"not zlib")])
+    assert memo._any and not JudgeMemo(arch, judge_key("other-fp", 0.7))._any
     assert memo.get(_screen()) is None and memo.hits == 0
 
 
@@ -143,3 +145,13 @@ def test_a_screen_refused_after_its_fit_answers_any_gate(small_data, tmp_path):
     memo.put(_screen(strict.to_json(), source="# failed"), Evaluation(valid=False, error="x: runaway simulation"))
     memo.flush()
     assert memo.get(_screen(other, source="# failed")) is None
+
+
+def test_no_reuse_is_a_flag_a_resume_may_change():
+    from evolve.cli import _resume_changes, build_parser
+    from evolve.config import RunConfig, config_from_args
+    args = build_parser().parse_args(["run", "--no-reuse"])
+    assert config_from_args(args).reuse is False and RunConfig().reuse is True
+    resumed = build_parser().parse_args(["run", "--resume", "run-0-x", "--no-reuse"])
+    assert config_from_args(resumed, RunConfig().to_json()).reuse is False
+    assert _resume_changes(resumed, RunConfig().to_json()) == []
