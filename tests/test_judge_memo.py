@@ -86,36 +86,32 @@ def test_a_damaged_answer_is_judged_again(tmp_path):
 
 
 def test_a_pool_answers_a_judged_job_without_starting_a_worker(small_data, tmp_path):
-    """The answer a worker gave, kept by the pool's memo, answers the same job in a new pool
-    (with its split jobs, a held-out full job), which then never starts its workers."""
+    """The answers a pool's workers gave, kept in the archive, answer the same jobs (a screen,
+    then its held-out full job cut into split jobs) for a later pool of the same judge, which
+    then never starts its workers."""
     from evaluator.data import load
     from evaluator.holdout import split_labels
     labels = split_labels(load(str(small_data)).experiments)
-    memo = JudgeMemo(Archive(tmp_path / "a.db"), KEY)
+    arch = Archive(tmp_path / "a.db")
     src = seed_sources()["linear_physics"]
 
-    def pool():
-        p = WorkerPool(str(small_data), workers=1, timeout_s=120, heldout=True, splits=labels)
-        p.memo = memo
-        return p
+    def screen_then_full():
+        pool = WorkerPool(str(small_data), workers=1, timeout_s=120, heldout=True, splits=labels)
+        pool.memo = JudgeMemo(arch, KEY)
+        try:
+            screen, = pool.run([Job(0, src, "screen")])
+            full, = pool.run([Job(0, src, "full", screen.constants, screen=screen)])
+        finally:
+            pool.close()
+        return pool, screen, full
 
-    first = pool()
-    try:
-        screen, = first.run([Job(0, src, "screen")])
-        full, = first.run([Job(0, src, "full", screen.constants, screen=screen)])
-    finally:
-        first.close()
+    first, screen, full = screen_then_full()
     assert screen.valid and full.valid and full.holdout and first.workers
-    assert memo.kept == 1 + len(labels) and memo.hits == 0
-    again = pool()
-    try:
-        screen2, = again.run([Job(0, src, "screen")])
-        full2, = again.run([Job(0, src, "full", screen2.constants, screen=screen2)])
-    finally:
-        again.close()
-    assert again.workers == [] and memo.hits == 1 + len(labels)
+    assert first.memo.kept == 1 + len(labels) and first.memo.hits == 0
+    again, screen2, full2 = screen_then_full()
+    assert again.workers == [] and again.memo.hits == 1 + len(labels) and again.memo.kept == 0
     assert _same(screen2, screen) and _same(full2, full)
-    assert memo.get(job_message(Job(0, src, "screen", pinned=True), True)) is None  # another job
+    assert again.memo.get(job_message(Job(0, src, "screen", pinned=True), True)) is None  # another job
 
 
 def test_a_screen_refused_after_its_fit_answers_any_gate(small_data, tmp_path):
