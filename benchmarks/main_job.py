@@ -364,6 +364,22 @@ The trace run at cc5b19f (00:47-01:10, fresh worktree, nothing else running; loa
 MB; driver 492, workers 534 / 498 at the peak), busy share 0.949, judge 2,539.2 worker-s (floor
 1,270 s); the same archive as before (260 full, 1,712 screens, 571 unpinned, 502 stopped, 28
 twins, 478 redrawn; frontier 84, hypervolume 47.919; #652 with the same figures).
+
+2026-11-30, the archive keeps the judge's answers (`evolve/judge_memo.py`). This VM ran 30-40%
+slower than the day before at first (benchmarks/bench_replay.py: 1,321 ms against 911-1,014 ms).
+At 34fe1d0, fresh worktree, three runs into one archive, nothing else running:
+  README job, new archive (03:52-04:06, load 0.03 -> 2.09): 822.9 s, 2.431 eval/s, CPU 1589 s
+  (driver 80.4 s), peak PSS 968 MB (RSS 1250), busy share 0.952, judge 1,439.1 worker-s; the same
+  archive as before (246 full, 1,728 screens, 563 unpinned, 595 stopped, 26 twins, 652 redrawn,
+  frontier 106, hypervolume 42.249, #1343); 5,635 answers kept, 18.7 MB compressed.
+  the same command again, same archive (load 2.09 -> 1.96): 75.7 s (10.9x less), 26.4 eval/s,
+  CPU 111 s (driver 45.8 s), peak PSS 743 MB; 4,211 jobs answered by the archive; every record
+  as the first run's, the same frontier, hypervolume and hand-over (#3343, #1343's program).
+  then --budget 2500 (load 1.96 -> 2.15): 347.8 s, 4,172 jobs answered, the 500 new candidates
+  judged (309 full, 2,164 screens, 27 twins; frontier 128, hypervolume 42.712; hands over #6440).
+Back to back at --budget 300 (03:17-03:30, warm caches, load 1.5-2.1): 2789efa 187.7 / 187.8 s
+(driver 9.3 / 9.3 s), eb83ce3 180.5 / 203.2 s (driver 10.1 / 11.5 s): keeping the answers costs
+the driver ~1-2 CPU-s per 300 candidates, inside the VM's noise on the wall.
 """
 from __future__ import annotations
 
