@@ -9,8 +9,10 @@ an answer is kept in the archive (`Archive.keep_judged`) under the hash of that 
 message. An executor with a memo (`Executor.memo`) answers a job it finds there at once, and
 a local pool starts its workers only for a job it does not find: the README's command run
 again (same seed, same archive) replays its 2,000 candidates from the archive, and a run
-with a larger --budget replays the first ones and judges only the rest. A candidate's
-archived record is the same either way, its seconds included (what the judging cost once).
+with a larger --budget replays the first ones and judges only the rest. An answered record is
+the one the first run wrote, its seconds included (what the judging cost once); the search's
+decisions, frontier and hand-over are the same (a screen the archive lacks is judged again: one
+that stops early records the models it replayed under the gate of the moment it ran).
 
 A screen carries its cascade gate (`evaluator.screen_gate`), which decides only where it stops
 replaying; a look-ahead screen (`evolve.lookahead`) got the gate of the moment it ran, which a
