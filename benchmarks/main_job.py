@@ -373,8 +373,10 @@ At 34fe1d0, fresh worktree, three runs into one archive, nothing else running:
   archive as before (246 full, 1,728 screens, 563 unpinned, 595 stopped, 26 twins, 652 redrawn,
   frontier 106, hypervolume 42.249, #1343); 5,635 answers kept, 18.7 MB compressed.
   the same command again, same archive (load 2.09 -> 1.96): 75.7 s (10.9x less), 26.4 eval/s,
-  CPU 111 s (driver 45.8 s), peak PSS 743 MB; 4,211 jobs answered by the archive; every record
-  as the first run's, the same frontier, hypervolume and hand-over (#3343, #1343's program).
+  CPU 111 s (driver 45.8 s), peak PSS 743 MB; 4,211 jobs answered by the archive; 1,933 of the
+  2,000 records as the first run's, seconds included, 66 look-ahead screens judged again (other
+  seconds), one of them stopped after 3 models instead of 2 under the gate of its moment; the
+  same frontier, hypervolume and hand-over (#3343, #1343's program).
   then --budget 2500 (load 1.96 -> 2.15): 347.8 s, 4,172 jobs answered, the 500 new candidates
   judged (309 full, 2,164 screens, 27 twins; frontier 128, hypervolume 42.712; hands over #6440).
 Back to back at --budget 300 (03:17-03:30, warm caches, load 1.5-2.1): 2789efa 187.7 / 187.8 s
