@@ -514,8 +514,6 @@ def cmd_handover(args) -> int:
         sys.exit(f"error: {e}")
     finally:
         for p in pools:
-            if p.memo is not None:
-                p.memo.flush()
             p.close()
     if best is None:
         print(f"run {args.run}: no valid full evaluation to hand over")

@@ -173,8 +173,8 @@ class JudgeMemo:
 
     def flush(self) -> None:
         """Write the buffered answers (one transaction). The executor flushes when it runs
-        idle and the search when it closes: a killed run loses at most FLUSH_EVERY of them,
-        which a later run judges again."""
+        idle and when it closes: a killed run loses at most FLUSH_EVERY of them, which a later
+        run judges again."""
         if self._buffer:
             items, self._buffer = self._buffer, []
             self.kept += self.archive.keep_judged(items)

@@ -235,7 +235,7 @@ class RayPool(Executor):
                   f"the cluster has {free:g} of its {total:g} CPUs free, and each actor needs 1", file=sys.stderr,
                   flush=True)
 
-    def close(self) -> None:
+    def _close(self) -> None:
         try:  # a states task still pending (a cluster without a free CPU) must not start after we left
             self.ray.cancel(self.shared_ref)
         except Exception:  # noqa: BLE001 - done already, or the cluster is gone

@@ -324,8 +324,6 @@ class Search:
         if hasattr(self, "_llm_exec"):
             self._llm_exec.shutdown(wait=True, cancel_futures=True)
             del self._llm_exec
-        if getattr(self, "pool", None) is not None and self.pool.memo is not None:
-            self.pool.memo.flush()  # the answers received since the last write (evolve.judge_memo)
         if getattr(self, "pool", None) is not None and not keep_pool:
             self.pool.close()
             self.pool = None

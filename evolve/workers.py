@@ -385,6 +385,12 @@ class Executor:
         return max(0.0, min([cap_s, *left]))
 
     def close(self) -> None:
+        """Write the memo's buffered answers (`evolve.judge_memo`), then stop the workers."""
+        if self.memo is not None:
+            self.memo.flush()
+        self._close()
+
+    def _close(self) -> None:
         raise NotImplementedError
 
     def _limit(self, job: Job) -> float:
@@ -511,7 +517,7 @@ class WorkerPool(Executor):
     def _idle(self) -> list:
         return [w for w in self.workers if w.ready and w.job is None]
 
-    def close(self):
+    def _close(self):
         for w in self.workers:
             try:
                 w.conn.send(None)
