@@ -126,19 +126,19 @@ def _next_event(blocks, computed, n_cached, fin_at, block, lru, s, n_shared):
 
 
 @numba.njit(cache=True, inline="always")
-def _register_full(r, full, bkey, dup, table, req_blk, n_cached, block, n_sys, grp_c, prm_c, ubase, prompt_len,
+def _register_full(r, full, node, dup, table, req_blk, n_cached, block, n_sys, grp_c, prm_c, ubase, prompt_len,
                    mb, seen_p):
     """Give request r's blocks that became full since n_cached[r], up to block `full`, their
     hashes (lru mode), and remember the contents they complete."""
     if full > n_cached[r]:
-        kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r], grp_c[r], prm_c[r],
+        kv.register_row(node, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r], grp_c[r], prm_c[r],
                         ubase + r, prompt_len[r], mb)
         n_cached[r] = full
         _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
 
 
 @numba.njit(cache=True, inline="always")
-def _write_back(r, steps, lru, computed, generated, target, bkey, dup, table, req_blk, n_cached, block, n_sys,
+def _write_back(r, steps, lru, computed, generated, target, node, dup, table, req_blk, n_cached, block, n_sys,
                 grp_c, prm_c, ubase, prompt_len, mb, seen_p):
     """Member r's stored counts made true again (they are kept minus the `steps` it advanced
     implicitly), and the private blocks it filled since its last event given their hashes."""
@@ -146,12 +146,12 @@ def _write_back(r, steps, lru, computed, generated, target, bkey, dup, table, re
     generated[r] += steps
     target[r] = computed[r] + 1
     if lru:
-        _register_full(r, min(computed[r], prompt_len[r] + generated[r] - 1) // block, bkey, dup, table, req_blk,
+        _register_full(r, min(computed[r], prompt_len[r] + generated[r] - 1) // block, node, dup, table, req_blk,
                        n_cached, block, n_sys, grp_c, prm_c, ubase, prompt_len, mb, seen_p)
 
 
 @numba.njit(cache=True, inline="always")
-def _preempt(v, lru, nxt, prv, ref, cnt, req_blk, blocks, blocks_held_before, n_cached, computed, target,
+def _preempt(v, lru, node, cnt, req_blk, blocks, blocks_held_before, n_cached, computed, target,
              prompt_len, generated, restarted, stats):
     """Preempt running request v (vLLM: the last of the running queue) to recompute it later:
     its blocks are freed (cached ones stay cached); returns how many it held. The caller moves
@@ -159,7 +159,7 @@ def _preempt(v, lru, nxt, prv, ref, cnt, req_blk, blocks, blocks_held_before, n_
     held = blocks[v]
     if lru:
         blocks_held_before[v] = held
-        kv.release_row(nxt, prv, ref, cnt, req_blk, v, held)
+        kv.release_row(node, cnt, req_blk, v, held)
         n_cached[v] = 0
     blocks[v] = 0
     computed[v] = 0
@@ -201,7 +201,7 @@ def _drop_waiting(wq, w_head, w_len, n_front, arrival_us, t, timeout_us, gone, t
 
 
 @numba.njit(cache=True, inline="always")
-def _tail_frees(deficit, running, gone, after, n_run, lru, ref, req_blk, blocks):
+def _tail_frees(deficit, running, gone, after, n_run, lru, node, req_blk, blocks):
     """Whether preempting live running requests behind position `after` (the last member short
     of a block this step), last first, frees at least `deficit` blocks; counted low (a block
     another request also holds is not counted), so that members short of blocks can preempt
@@ -215,7 +215,7 @@ def _tail_frees(deficit, running, gone, after, n_run, lru, ref, req_blk, blocks)
             continue
         if lru:
             for a in range(blocks[v]):
-                if ref[req_blk[v, a]] == 1:
+                if node[req_blk[v, a], kv.REF] == 1:
                     got += 1
         else:
             got += blocks[v]
@@ -255,7 +255,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             mb = max(mb, (prompt_len[r] + gen_len[r] + block - 1) // block + 1)
     n_pool = kv_blocks - 1 if lru else 0  # vLLM keeps one block as the null block
     n_keys = ubase * mb if lru else 1  # shared contents; private keys lie above
-    nxt, prv, ref, bkey, dup, table, cnt = kv.new_pool(max(n_pool, 0), n_keys)
+    node, dup, table, cnt = kv.new_pool(max(n_pool, 0), n_keys)
     req_blk = np.empty((n if lru else 1, mb), np.int32)
     n_cached = np.zeros(n, np.int64)  # blocks of r registered in the table
     n_shared = np.zeros(n, np.int64)  # r's leading blocks whose keys are shared
@@ -330,10 +330,10 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 if gone[r] or t - arrival_us[r] < timeout_us:
                     continue
                 if lru:
-                    _register_full(r, min(computed[r] + s, prompt_len[r] + generated[r] + s - 1) // block, bkey,
+                    _register_full(r, min(computed[r] + s, prompt_len[r] + generated[r] + s - 1) // block, node,
                                    dup, table, req_blk, n_cached, block, n_sys, grp_c, prm_c, ubase, prompt_len, mb,
                                    seen_p)
-                    kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
+                    kv.release_row(node, cnt, req_blk, r, blocks[r])
                 else:
                     free_blocks += blocks[r]
                 tot_blocks -= blocks[r]
@@ -350,7 +350,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 r = running[j]
                 if t - arrival_us[r] >= timeout_us:
                     if lru:
-                        kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
+                        kv.release_row(node, cnt, req_blk, r, blocks[r])
                     else:
                         free_blocks += blocks[r]
                     blocks[r] = 0
@@ -393,14 +393,14 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 # short of blocks: the members preempt the requests behind them, last first, as
                 # the request-by-request step would (each member needs one block at most); only
                 # where those behind the last one short might not free enough: write back
-                leave = short > 0 and not _tail_frees(short, running, gone, last, n_run, lru, ref, req_blk, blocks)
+                leave = short > 0 and not _tail_frees(short, running, gone, last, n_run, lru, node, req_blk, blocks)
             if leave:  # write the members back: everyone is handled one by one
                 k = 0
                 for j in range(first_x):
                     r = running[j]
                     if gone[r]:
                         continue
-                    _write_back(r, s, lru, computed, generated, target, bkey, dup, table, req_blk, n_cached, block,
+                    _write_back(r, s, lru, computed, generated, target, node, dup, table, req_blk, n_cached, block,
                                 n_sys, grp_c, prm_c, ubase, prompt_len, mb, seen_p)
                     running[k] = r
                     k += 1
@@ -445,11 +445,11 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                             running[p] = HOLE  # its pending event is skipped, as an aborted member's
                             if computed[v] == mem_ctx:
                                 stale = True
-                            _write_back(v, s - 1, lru, computed, generated, target, bkey, dup, table, req_blk,
+                            _write_back(v, s - 1, lru, computed, generated, target, node, dup, table, req_blk,
                                         n_cached, block, n_sys, grp_c, prm_c, ubase, prompt_len, mb, seen_p)
                             tot_blocks -= blocks[v]
                             n_mem -= 1
-                        held = _preempt(v, lru, nxt, prv, ref, cnt, req_blk, blocks, blocks_held_before,
+                        held = _preempt(v, lru, node, cnt, req_blk, blocks, blocks_held_before,
                                         n_cached, computed, target, prompt_len, generated, restarted, stats)
                         if not lru:
                             free_blocks += held
@@ -461,7 +461,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                         n_preempt += 1
                     if lru:
                         e0 = cnt[kv.EVICTED]
-                        kv.allocate(nxt, prv, ref, bkey, dup, table, cnt, 1, req_blk, r, blocks[r])
+                        kv.allocate(node, dup, table, cnt, 1, req_blk, r, blocks[r])
                         stats[r, EVICTIONS] += cnt[kv.EVICTED] - e0
                     else:
                         free_blocks -= 1
@@ -474,7 +474,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                     if fin_at[j] != s:
                         full = min(full, n_shared[r])
                     if full > n_cached[r]:  # written out: `_register_full` here made every replay ~50% slower
-                        kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
+                        kv.register_row(node, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
                                         grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
                         n_cached[r] = full
                         _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
@@ -507,7 +507,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             while need > avail and n_run - 1 > i:
                 # preempt the last running request: its blocks are freed (cached ones stay cached)
                 v = running[n_run - 1]
-                held = _preempt(v, lru, nxt, prv, ref, cnt, req_blk, blocks, blocks_held_before,
+                held = _preempt(v, lru, node, cnt, req_blk, blocks, blocks_held_before,
                                 n_cached, computed, target, prompt_len, generated, restarted, stats)
                 if not lru:
                     free_blocks += held
@@ -526,12 +526,12 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             if lru:
                 if need > 0:
                     e0 = cnt[kv.EVICTED]
-                    kv.allocate(nxt, prv, ref, bkey, dup, table, cnt, need, req_blk, r, blocks[r])
+                    kv.allocate(node, dup, table, cnt, need, req_blk, r, blocks[r])
                     stats[r, EVICTIONS] += cnt[kv.EVICTED] - e0
                 lim = min(computed[r] + want, prompt_len[r] + generated[r])
                 if lim >= (n_cached[r] + 1) * block:  # blocks that became full get their hashes
                     full = lim // block
-                    kv.register_row(bkey, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
+                    kv.register_row(node, dup, table, req_blk, r, n_cached[r], full, block, n_sys[r],
                                     grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
                     n_cached[r] = full
                     _mark_seen(seen_p, full, block, n_sys[r], grp_c[r], prm_c[r], prompt_len[r])
@@ -555,15 +555,15 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 while n_hit < max_hit:
                     k = kv.chain_key(n_hit, block, n_sys[r], grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
                     if k < n_keys:
-                        b = table[0, k]
-                    elif n_hit < blocks_held_before[r] and bkey[req_blk[r, n_hit]] == k:
+                        b = table[k, 0]
+                    elif n_hit < blocks_held_before[r] and node[req_blk[r, n_hit], kv.KEY] == k:
                         b = req_blk[r, n_hit]  # its own block from before its preemption
                     else:
                         b = -1
                     if b < 0:
                         break
                     req_blk[r, n_hit] = b
-                    if ref[b] == 0:
+                    if node[b, kv.REF] == 0:
                         evictable += 1
                     n_hit += 1
                 start = n_hit * block
@@ -585,16 +585,16 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                 n_front -= 1
             computed[r] = start
             if lru:
-                kv.touch_row(nxt, prv, ref, cnt, req_blk, r, n_hit)
+                kv.touch_row(node, cnt, req_blk, r, n_hit)
                 n_new = need - evictable
                 if n_new > 0:
                     e0 = cnt[kv.EVICTED]
-                    kv.allocate(nxt, prv, ref, bkey, dup, table, cnt, n_new, req_blk, r, n_hit)
+                    kv.allocate(node, dup, table, cnt, n_new, req_blk, r, n_hit)
                     stats[r, EVICTIONS] += cnt[kv.EVICTED] - e0
                 blocks[r] = n_hit + n_new
                 n_cached[r] = n_hit
                 full = min(start + want, prompt_len[r] + generated[r]) // block
-                kv.register_row(bkey, dup, table, req_blk, r, n_hit, full, block, n_sys[r],
+                kv.register_row(node, dup, table, req_blk, r, n_hit, full, block, n_sys[r],
                                 grp_c[r], prm_c[r], ubase + r, prompt_len[r], mb)
                 n_cached[r] = max(n_hit, full)
                 if restarted[r]:
@@ -757,7 +757,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
             if timeout_us > 0.0 and done_us[r] > timeout_us:
                 timed_out[r] = True
             if lru:
-                kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
+                kv.release_row(node, cnt, req_blk, r, blocks[r])
             else:
                 free_blocks += blocks[r]
             tot_blocks -= blocks[r]
@@ -786,7 +786,7 @@ def _simulate(predict, consts, model, arrival_us, prompt_len, cached_len, gen_le
                         if timeout_us > 0.0 and done_us[r] > timeout_us:
                             timed_out[r] = True  # the client left during this step
                         if lru:
-                            kv.release_row(nxt, prv, ref, cnt, req_blk, r, blocks[r])
+                            kv.release_row(node, cnt, req_blk, r, blocks[r])
                         else:
                             free_blocks += blocks[r]
                         blocks[r] = 0
