@@ -30,6 +30,16 @@ each, twice (17:29-17:32, load 1.0-1.4): new/old median 0.915 and 0.926, ratio o
 default, fast=False, breakdown, record, spread, no timeout, a third and a quarter of the KV
 blocks with and without a 30 s timeout: 51 M evictions, 293 k preemptions) bit for bit as
 b28818d's.
+
+2026-11-30 (9a7b716, evaluator/kv_cache.py): a block's free-queue links, reference count and
+key in one 32-byte row of the pool (`node`) instead of four arrays, and the same-key lists as
+(block, 2) / (key, 2) rows: a block costs one cache line where it cost four. Two long-lived
+processes (490c5c0 and the new tree) replaying the 16 experiments x 3 seeds alternately, one
+sitting, load 0.7-1.0, this VM's speed moving +-30% round to round: ratio of the minima 0.917
+(24 rounds; 895 -> 821 ms) and 0.92 (30 rounds), medians 0.95-0.96. 832 simulations (the
+settings above with a third and a quarter of the KV blocks: 271 M evictions, 1.22 M
+preemptions) hash the same as 490c5c0's. A README job (benchmarks/main_job.py) did not move
+measurably: 829.5 s against 822.9 s the day before, judge 1,444 against 1,439 worker-s.
 """
 from __future__ import annotations
 

@@ -576,7 +576,7 @@ def main(argv=None) -> int:
                              sorted((round(v / 2**20) for p, v in at_peak.items() if p != proc.pid), reverse=True),
            **judge_figures(archive, a.workers),
            "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
-           "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "reused:", "idle workers:", "use #", "  fitted from",
+           "summary": [ln for ln in text.splitlines() if ln.startswith(("run ", "work:", "reused:", "repeated:", "idle workers:", "use #", "  fitted from",
                                                                            "  Held-out misses"))]}
     if a.json:
         print(json.dumps(res, indent=1))

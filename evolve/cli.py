@@ -275,7 +275,8 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
     finally:
         memo = getattr(getattr(search, "pool", None), "memo", None)
         search.close()
-    out["recalled"] = memo.hits if memo is not None else 0  # jobs the archive answered (evolve.judge_memo)
+    out["recalled"] = memo.hits if memo is not None else 0  # jobs earlier runs' answers answered (evolve.judge_memo)
+    out["repeated"] = memo.repeats if memo is not None else 0  # jobs this run asked again
     fr = search.state.frontier
     from evaluator.holdout import misses
     out["best"] = {"id": best["id"], **best["objectives"]} if best else None
@@ -365,6 +366,9 @@ def cmd_run(args) -> int:
     if out.get("recalled"):
         con.print(f"reused: {out['recalled']} jobs answered from this archive's earlier runs under the same judge "
                   f"(data, code and numeric stack), by no worker (--no-reuse judges them again)")
+    if out.get("repeated"):
+        con.print(f"repeated: {out['repeated']} jobs this run had already judged (the same program, start and "
+                  f"split asked again), answered with that answer")
     ahead = out.get("ahead") or {}
     if ahead.get("submitted"):
         con.print(f"idle workers: {ahead['submitted']} screens of the next generation run ahead, "

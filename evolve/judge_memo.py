@@ -117,7 +117,8 @@ class JudgeMemo:
     def __init__(self, archive, key: str):
         self.archive = archive
         self.key = key
-        self.hits = 0  # jobs answered from the archive
+        self.hits = 0  # jobs answered with the answers of earlier runs
+        self.repeats = 0  # jobs answered with this memo's own answers (the same job asked again)
         self.kept = 0  # answers written to it
         self._buffer: list[tuple[str, bytes]] = []
         self._prefix = key[:JUDGE_PREFIX]
@@ -132,8 +133,7 @@ class JudgeMemo:
         text = json.dumps(message, sort_keys=True, default=repr)
         return f"{self._prefix}-" + hashlib.sha256(self.key.encode() + b"\0" + text.encode()).hexdigest()
 
-    def _read(self, message: tuple) -> Evaluation | None:
-        key = self._id(message)
+    def _read(self, key: str) -> Evaluation | None:
         if not self._any and key not in self._mine:
             return None
         blob = self.archive.judged(key)
@@ -147,15 +147,20 @@ class JudgeMemo:
     def get(self, message: tuple) -> Evaluation | None:
         """The answer to this job message, or None: its own, or for a gated screen the ungated
         one where the gate admits it (see the module's docstring)."""
-        ev = self._read(message)
+        key = self._id(message)
+        ev = self._read(key)
         gate = message[GATE]
         if ev is None and gate is not None:
-            whole = self._read(ungated(message))
+            key = self._id(ungated(message))
+            whole = self._read(key)
             if whole is not None and (refused_before_replay(whole) or (
                     whole.valid and not whole.race and Gate.from_json(gate).admits(whole.objectives))):
                 ev = whole
         if ev is not None:
-            self.hits += 1
+            if key in self._mine:
+                self.repeats += 1
+            else:
+                self.hits += 1
         return ev
 
     def put(self, message: tuple, ev: Evaluation) -> None:

@@ -384,6 +384,7 @@ class Search:
                 "skipped_duplicates": self.skipped, "llm_spend": self.spend.summary() if self.llm else None,
                 "ahead": {"submitted": self._ahead.submitted, "used": self._ahead.used},
                 "recalled": pool.memo.hits if pool.memo is not None else 0,
+                "repeated": pool.memo.repeats if pool.memo is not None else 0,
                 "rescreened": self.rescreened}
 
     # -------------------------------------------------------------- proposal

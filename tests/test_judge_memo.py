@@ -41,7 +41,9 @@ def test_an_answer_comes_back_as_the_worker_sent_it_nan_included(tmp_path):
     memo.flush()
     got = memo.get(_screen())
     assert got is not None and _same(got, ev) and math.isnan(got.objectives["step_mape"])
-    assert memo.hits == 1 and memo.kept == 1
+    assert memo.repeats == 1 and memo.hits == 0 and memo.kept == 1  # its own answer: a job asked again
+    later = JudgeMemo(memo.archive, KEY)  # the next run's memo: an earlier run's answer
+    assert later.get(_screen()) is not None and later.hits == 1 and later.repeats == 0
     # another judge, another job: nothing
     assert JudgeMemo(memo.archive, judge_key("other-fp", 0.7)).get(_screen()) is None
     assert memo.get(_screen(source="def predict_step_time(t_weights):\n    return 2 * t_weights\n")) is None
