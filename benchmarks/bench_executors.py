@@ -78,6 +78,12 @@ Again at b62d385 (2026-11-29 22:14, full jobs only, so the screens' early stop p
 Again at 1c4f78e (2026-11-30 01:33, a new session, the same kind of VM; `--heldout --jobs 6`,
 load 0.92 -> 1.25): local 1 worker 0.326/s, 2 workers 0.688/s (2.11x); Ray 1 worker 0.299/s, 2
 workers 0.568/s (1.90x); 6,791 B out, 55,422 B back.
+Again at 06cb6dc (2026-11-30 06:21, `--heldout --jobs 6`, load 0.91 -> 1.34): local 1 worker
+0.331/s, 2 workers 0.483/s (1.46x); Ray 1 worker 0.289/s, 2 workers 0.573/s (1.98x). The local
+pool starts its workers with its first job since 46d0125, so one worker could take every warm-up
+job while the other still started, and be timed cold; the warm-up now runs until every worker
+has run a job. Then (06:24, load 1.02 -> 1.23): local 1 worker 0.343/s, 2 workers 0.581/s
+(1.69x); Ray 1 worker 0.321/s, 2 workers 0.592/s (1.84x); same bytes.
 """
 from __future__ import annotations
 
@@ -110,7 +116,14 @@ def _rate(pool, sources: list[str], kind: str, workers: int) -> float:
     """Candidates per second. kind "full": each candidate as a run makes it with held-out
     objectives, a screen and then its full job, which the pool cuts into split jobs."""
     from evolve.workers import Job
-    pool.run([Job(-1 - i, sources[i % len(sources)], "screen") for i in range(workers)])  # warm-up
+    # warm-up until every worker has run a job: a pool starts its workers with its first job,
+    # and one ready first could take every warm-up job while the other was still starting
+    # (then timed cold: 2026-11-30, 2 local workers 1.46x one worker's rate, not ~1.85x)
+    every = lambda: getattr(pool, "workers", None) or getattr(pool, "slots", [])  # noqa: E731
+    for k in range(10):
+        pool.run([Job(-1 - i - 100 * k, sources[(i + k) % len(sources)], "screen") for i in range(workers)])
+        if all(w.programs for w in every()):
+            break
     if kind == "full":  # the split views' own reference states, made once per worker
         pool.run([Job(-1 - i, sources[i % len(sources)], "full") for i in range(workers)])
     for attr in ("bytes_sent", "bytes_received"):
