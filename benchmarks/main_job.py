@@ -382,6 +382,25 @@ At 34fe1d0, fresh worktree, three runs into one archive, nothing else running:
 Back to back at --budget 300 (03:17-03:30, warm caches, load 1.5-2.1): 2789efa 187.7 / 187.8 s
 (driver 9.3 / 9.3 s), eb83ce3 180.5 / 203.2 s (driver 10.1 / 11.5 s): keeping the answers costs
 the driver ~1-2 CPU-s per 300 candidates, inside the VM's noise on the wall.
+
+2026-11-30 later, at 9a7b716 (the KV pool's rows, benchmarks/bench_replay.py), fresh worktree
+(numba's cache cold), nothing else running:
+  README job (05:39-05:53, load 0.92 -> 2.10): 829.5 s (13.8 min; goal 10), 2.411 eval/s, CPU
+  1600 s (driver 83.1 s), peak PSS 996 MB (RSS 1278; driver 400, workers 295 / 294 at the peak),
+  busy share 0.948, judge 1,444.2 worker-s (floor 722 s); the same archive (246 full, 1,728
+  screens, 563 unpinned, 595 stopped, 26 twins, 652 redrawn, frontier 106, hypervolume 42.249,
+  #1343 with the same figures). Of the wall: 54 s outside the run (a cold start compiles
+  `_simulate`, ~28 s; then the hand-over), the first evaluation 13.7 s into the run.
+  the trace run (`--data ../shared/data`; 05:54-06:16, load 0.71 -> 2.16): 1286.8 s (21.4 min;
+  goal 12), 1.554 eval/s, CPU 2531 s (driver 56.2 s), peak PSS 1384 MB (RSS 1709; driver 309,
+  workers 539 / 529), busy share 0.949, judge 2,364.4 worker-s (floor 1,182 s); the same archive
+  (260 full, 1,712 screens, 571 unpinned, 502 stopped, 28 twins, 478 redrawn; frontier 84,
+  hypervolume 47.919; #652); 2 jobs asked twice within the run, answered by its own memo (the
+  summary said "from this archive's earlier runs": now `repeated:`).
+Back to back at --budget 300 (05:24-05:30, warm caches): 490c5c0 172.0 s (judge 256.8 worker-s),
+9a7b716 182.4 s (276.4): the same archive; this VM's noise, not the change (interleaved replays
+favour 9a7b716 by 5-8%, bench_replay.py; 8 interleaved rounds of 8 full evaluations each moved
+within +-10%).
 """
 from __future__ import annotations
 
