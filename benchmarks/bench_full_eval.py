@@ -207,6 +207,9 @@ Again at 1c4f78e (`--programs measured_per_layer,ten_constants --pool`), 2026-11
 session on the same kind of VM, load 0.06 -> 0.92: one process 2.59 / 4.54 s CPU, screen 0.44 /
 0.62 s, split jobs 2.00 / 3.58 s; the full job on the local pool of 2 workers 0.89 / 1.76 s wall
 (minimum of 3; goal 0.5 s).
+Again at 06cb6dc (the same command), 2026-11-30 06:20, load 0.38 -> 0.91: one process 2.08 /
+4.11 s CPU, screen 0.56 / 0.54 s, split jobs 2.62 / 3.25 s; the full job on the local pool of 2
+workers 0.82 / 1.76 s wall (minimum of 3; goal 0.5 s).
 """
 from __future__ import annotations
 
