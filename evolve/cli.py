@@ -275,7 +275,7 @@ def _run_one(cfg: RunConfig, archive: Archive, resume: str | None = None, quiet:
     finally:
         memo = getattr(getattr(search, "pool", None), "memo", None)
         search.close()
-    out["recalled"] = memo.hits if memo is not None else 0  # jobs earlier runs' answers answered (evolve.judge_memo)
+    out["recalled"] = memo.hits if memo is not None else 0  # jobs answered with earlier runs' answers (evolve.judge_memo)
     out["repeated"] = memo.repeats if memo is not None else 0  # jobs this run asked again
     fr = search.state.frontier
     from evaluator.holdout import misses
