@@ -22,8 +22,8 @@ State is a tuple of arrays (no jitclass, so the simulator stays cached on disk):
   row n is the sentinel; node[n, NXT] = head, node[n, PRV] = tail), the reference count and
   the block's key (-1 = no hash). One row holds what every operation on a block reads and
   writes, so a block costs one cache line, not one per field (the pool's random accesses
-  are most of a replay's memory traffic: a row each for the links, count and key took ~10%
-  longer over the 16 experiments' replays).
+  are most of a replay's memory traffic: with the links, count and key in four arrays the 16
+  experiments' replays took 5-9% longer, benchmarks/bench_replay.py).
   dup: next / previous block with the same key (int32); table: key -> first / last block
   with that key (-1 = miss), for shared contents only (keys >= table size are private to
   one request and are found through that request's own block list, which keeps the table
@@ -102,16 +102,16 @@ def allocate(node, dup, table, cnt, n, blk, row, col):
         k = node[b, KEY]
         if k >= 0:
             if k < n_shared:  # unlink from the key's list (private keys are not in the table)
-                nx = dup[b, 0]
-                pv = dup[b, 1]
-                if pv >= 0:
-                    dup[pv, 0] = nx
+                dn = dup[b, 0]  # the next and previous block with the same key
+                dp = dup[b, 1]
+                if dp >= 0:
+                    dup[dp, 0] = dn
                 else:
-                    table[k, 0] = nx
-                if nx >= 0:
-                    dup[nx, 1] = pv
+                    table[k, 0] = dn
+                if dn >= 0:
+                    dup[dn, 1] = dp
                 else:
-                    table[k, 1] = pv
+                    table[k, 1] = dp
                 dup[b, 0] = -1
                 dup[b, 1] = -1
             node[b, KEY] = -1
